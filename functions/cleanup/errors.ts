@@ -1,0 +1,135 @@
+/**
+ * Every failure the cleanup can meet, as one base class and a subclass per failure.
+ *
+ * Callers branch on `code` and `retryable`, never on message text: `retryable` decides between
+ * "fail the SQS item and let it come back with backoff" and "move it to the dead-letter queue now
+ * with its reason". The message is for people and may change; the code is a stable contract with
+ * logs, metrics and dead-letter reasons.
+ */
+export const ErrorCode = {
+  CONFIG_INVALID: 'CONFIG_INVALID',
+  MESSAGE_INVALID: 'MESSAGE_INVALID',
+  RUN_NOT_FOUND: 'RUN_NOT_FOUND',
+  OWNERSHIP_CONFLICT: 'OWNERSHIP_CONFLICT',
+  RELEASE_LOCK_TIMEOUT: 'RELEASE_LOCK_TIMEOUT',
+  PROVISIONER_DELETE_TIMEOUT: 'PROVISIONER_DELETE_TIMEOUT',
+  CLEANUP_TIMEOUT: 'CLEANUP_TIMEOUT',
+  PROVISIONER_UNAVAILABLE: 'PROVISIONER_UNAVAILABLE',
+  PROVISIONER_CONNECTION: 'PROVISIONER_CONNECTION',
+  PROVISIONER_REJECTED: 'PROVISIONER_REJECTED',
+  PROVISIONER_BAD_RESPONSE: 'PROVISIONER_BAD_RESPONSE',
+  GENERATION_ANOMALY: 'GENERATION_ANOMALY',
+  DATABASE_UNAVAILABLE: 'DATABASE_UNAVAILABLE',
+  DATABASE_LOCK_TIMEOUT: 'DATABASE_LOCK_TIMEOUT',
+  QUEUE_UNAVAILABLE: 'QUEUE_UNAVAILABLE',
+} as const;
+export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
+
+export abstract class CleanupError extends Error {
+  abstract readonly code: ErrorCode;
+  abstract readonly retryable: boolean;
+  /** Structured facts for logs and dead-letter reasons; never secrets. */
+  readonly details: Readonly<Record<string, unknown>>;
+
+  constructor(message: string, details: Record<string, unknown> = {}, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+    this.details = details;
+  }
+}
+
+export class ConfigError extends CleanupError {
+  readonly code = ErrorCode.CONFIG_INVALID;
+  readonly retryable = false;
+  constructor(
+    readonly variable: string,
+    readonly value: string,
+    readonly rule: string,
+  ) {
+    super(`${variable}=${JSON.stringify(value)} is invalid: ${rule}`, { variable, rule });
+  }
+}
+
+/** A queue body that can never be processed: bad JSON, wrong shape, hostile values. */
+export class InvalidMessageError extends CleanupError {
+  readonly code = ErrorCode.MESSAGE_INVALID;
+  readonly retryable = false;
+}
+
+export class RunNotFoundError extends CleanupError {
+  readonly code = ErrorCode.RUN_NOT_FOUND;
+  readonly retryable = false;
+  constructor(readonly runId: string) {
+    super(`agent run ${JSON.stringify(runId)} does not exist`, { runId });
+  }
+}
+
+/** The run's conversation is missing or belongs to another uid: no retry can fix the data. */
+export class OwnershipConflictError extends CleanupError {
+  readonly code = ErrorCode.OWNERSHIP_CONFLICT;
+  readonly retryable = false;
+}
+
+/** The provider's keyed lock for the scope was not acquired in time; the delete was never sent. */
+export class ReleaseLockTimeoutError extends CleanupError {
+  readonly code = ErrorCode.RELEASE_LOCK_TIMEOUT;
+  readonly retryable = true;
+}
+
+export class ProvisionerDeleteTimeoutError extends CleanupError {
+  readonly code = ErrorCode.PROVISIONER_DELETE_TIMEOUT;
+  readonly retryable = true;
+}
+
+/** The whole release (lock wait + delete) ran past its deadline and was aborted. */
+export class CleanupTimeoutError extends CleanupError {
+  readonly code = ErrorCode.CLEANUP_TIMEOUT;
+  readonly retryable = true;
+}
+
+export class ProvisionerUnavailableError extends CleanupError {
+  readonly code = ErrorCode.PROVISIONER_UNAVAILABLE;
+  readonly retryable = true;
+}
+
+export class ProvisionerConnectionError extends CleanupError {
+  readonly code = ErrorCode.PROVISIONER_CONNECTION;
+  readonly retryable = true;
+}
+
+/** A 4xx other than 404/409: the request itself is wrong and resending it cannot help. */
+export class ProvisionerRejectedError extends CleanupError {
+  readonly code = ErrorCode.PROVISIONER_REJECTED;
+  readonly retryable = false;
+}
+
+/** A reply outside the contract (unexpected status, unparsable or oversized 409 body). */
+export class ProvisionerBadResponseError extends CleanupError {
+  readonly code = ErrorCode.PROVISIONER_BAD_RESPONSE;
+  readonly retryable = false;
+}
+
+/** 409 with a current generation older than the one we were asked to delete. */
+export class GenerationAnomalyError extends CleanupError {
+  readonly code = ErrorCode.GENERATION_ANOMALY;
+  readonly retryable = false;
+}
+
+export class DatabaseUnavailableError extends CleanupError {
+  readonly code = ErrorCode.DATABASE_UNAVAILABLE;
+  readonly retryable = true;
+}
+
+export class DatabaseLockTimeoutError extends CleanupError {
+  readonly code = ErrorCode.DATABASE_LOCK_TIMEOUT;
+  readonly retryable = true;
+}
+
+export class QueueUnavailableError extends CleanupError {
+  readonly code = ErrorCode.QUEUE_UNAVAILABLE;
+  readonly retryable = true;
+}
+
+export function isCleanupError(error: unknown): error is CleanupError {
+  return error instanceof CleanupError;
+}

@@ -1,0 +1,68 @@
+import { ReleaseLockTimeoutError } from './errors.ts';
+import { KeyedLock } from './keyed-lock.ts';
+import type { ProvisionerClient } from './provisioner-client.ts';
+import type { ReleaseResult } from './types.ts';
+
+/**
+ * The sandbox provider's release: the scope's keyed lock (bounded wait), then the provisioner's
+ * delete (bounded). If the lock is not had in time the delete is never sent.
+ */
+export interface SandboxProviderOptions {
+  client: ProvisionerClient;
+  releaseLockTimeoutMs: number;
+  provisionerDeleteTimeoutMs: number;
+  lock?: KeyedLock;
+}
+
+export interface SandboxRef {
+  uid: string;
+  runtimeScopeId: string;
+  sandboxId: string;
+  generation: number;
+}
+
+export class SandboxProvider {
+  readonly lock: KeyedLock;
+  readonly #options: SandboxProviderOptions;
+
+  constructor(options: SandboxProviderOptions) {
+    this.#options = options;
+    this.lock = options.lock ?? new KeyedLock();
+  }
+
+  static lockKey(ref: Pick<SandboxRef, 'uid' | 'runtimeScopeId'>): string {
+    return `${ref.uid}:${ref.runtimeScopeId}`;
+  }
+
+  async release(ref: SandboxRef, signal?: AbortSignal): Promise<ReleaseResult> {
+    const key = SandboxProvider.lockKey(ref);
+    const { releaseLockTimeoutMs, provisionerDeleteTimeoutMs, client } = this.#options;
+    const waitStarted = performance.now();
+    const unlock = await this.lock.acquire(key, {
+      timeoutMs: releaseLockTimeoutMs,
+      ...(signal ? { signal } : {}),
+      onTimeout: () =>
+        new ReleaseLockTimeoutError(
+          `release lock for scope ${key} not acquired within ${releaseLockTimeoutMs} ms`,
+          {
+            uid: ref.uid,
+            runtimeScopeId: ref.runtimeScopeId,
+            lockTimeoutMs: releaseLockTimeoutMs,
+          },
+        ),
+    });
+    const lockWaitMs = performance.now() - waitStarted;
+    const deleteStarted = performance.now();
+    try {
+      const outcome = await client.deleteSandbox({
+        sandboxId: ref.sandboxId,
+        generation: ref.generation,
+        deleteTimeoutMs: provisionerDeleteTimeoutMs,
+        ...(signal ? { signal } : {}),
+      });
+      return { outcome, lockWaitMs, deleteMs: performance.now() - deleteStarted };
+    } finally {
+      unlock();
+    }
+  }
+}

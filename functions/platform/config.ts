@@ -1,0 +1,118 @@
+import { ConfigError } from '../cleanup/errors.ts';
+
+/**
+ * Configuration, parsed and validated once at cold start. The names, defaults and rules are the
+ * contract's (section 4); a value that breaks a rule stops the process with one line naming the
+ * variable, its value and the rule, before anything is processed.
+ */
+export interface CleanupConfig {
+  databaseUrl: string | undefined;
+  provisionerUrl: string | undefined;
+  releaseLockTimeoutSeconds: number;
+  provisionerDeleteTimeoutSeconds: number;
+  runtimeCleanupTimeoutSeconds: number;
+  retryBaseSeconds: number;
+  retryMaxSeconds: number;
+  fenceSweepAfterSeconds: number;
+  fenceSweepIntervalSeconds: number;
+  sqsEndpoint: string | undefined;
+  /** Deployed queue names carry a stage prefix; the local stack uses the base names. */
+  queueNamePrefix: string;
+  /** Bounds for every cleanup transaction (`SET LOCAL`), so a stuck lock fails fast instead of piling up. */
+  databaseLockTimeoutMs: number;
+  databaseStatementTimeoutMs: number;
+}
+
+export const CONFIG_DEFAULTS = {
+  SANDBOX_PROVIDER_RELEASE_LOCK_TIMEOUT_SECONDS: 30,
+  SANDBOX_PROVISIONER_DELETE_TIMEOUT_SECONDS: 120,
+  SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS: 155,
+  CLEANUP_RETRY_BASE_SECONDS: 10,
+  CLEANUP_RETRY_MAX_SECONDS: 900,
+  FENCE_SWEEP_AFTER_SECONDS: 600,
+  FENCE_SWEEP_INTERVAL_SECONDS: 60,
+  DATABASE_LOCK_TIMEOUT_MS: 5_000,
+  DATABASE_STATEMENT_TIMEOUT_MS: 15_000,
+} as const;
+
+type Env = Readonly<Record<string, string | undefined>>;
+
+function positiveInteger(env: Env, name: keyof typeof CONFIG_DEFAULTS): number {
+  const raw = env[name];
+  if (raw === undefined || raw.trim() === '') return CONFIG_DEFAULTS[name];
+  const text = raw.trim();
+  const value = Number(text);
+  if (!/^\d+$/.test(text) || !Number.isSafeInteger(value) || value <= 0) {
+    throw new ConfigError(name, raw, 'must be a positive integer');
+  }
+  return value;
+}
+
+function optionalUrl(env: Env, name: string): string | undefined {
+  const raw = env[name];
+  if (raw === undefined || raw.trim() === '') return undefined;
+  try {
+    new URL(raw);
+  } catch {
+    throw new ConfigError(name, redactUrl(raw), 'must be an absolute URL');
+  }
+  return raw.trim();
+}
+
+/** Hides the password (and any token-like query value) of a URL so it can be printed. */
+export function redactUrl(raw: string): string {
+  try {
+    const url = new URL(raw);
+    if (url.password) url.password = '***';
+    for (const key of [...url.searchParams.keys()]) {
+      if (/pass|secret|token|key|sig/i.test(key)) url.searchParams.set(key, '***');
+    }
+    return url.toString();
+  } catch {
+    return raw.replace(/\/\/([^:/@]*):[^@]*@/, '//$1:***@');
+  }
+}
+
+export function loadConfig(env: Env = process.env): CleanupConfig {
+  const releaseLockTimeoutSeconds = positiveInteger(env, 'SANDBOX_PROVIDER_RELEASE_LOCK_TIMEOUT_SECONDS');
+  const provisionerDeleteTimeoutSeconds = positiveInteger(env, 'SANDBOX_PROVISIONER_DELETE_TIMEOUT_SECONDS');
+  const runtimeCleanupTimeoutSeconds = positiveInteger(env, 'SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS');
+  if (runtimeCleanupTimeoutSeconds <= releaseLockTimeoutSeconds + provisionerDeleteTimeoutSeconds) {
+    throw new ConfigError(
+      'SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS',
+      String(env.SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS ?? runtimeCleanupTimeoutSeconds),
+      `must be greater than lock wait + delete timeout (${releaseLockTimeoutSeconds} + ${provisionerDeleteTimeoutSeconds} = ${releaseLockTimeoutSeconds + provisionerDeleteTimeoutSeconds})`,
+    );
+  }
+  const retryBaseSeconds = positiveInteger(env, 'CLEANUP_RETRY_BASE_SECONDS');
+  const retryMaxSeconds = positiveInteger(env, 'CLEANUP_RETRY_MAX_SECONDS');
+  if (retryMaxSeconds < retryBaseSeconds) {
+    throw new ConfigError(
+      'CLEANUP_RETRY_MAX_SECONDS',
+      String(env.CLEANUP_RETRY_MAX_SECONDS ?? retryMaxSeconds),
+      `must be at least CLEANUP_RETRY_BASE_SECONDS (${retryBaseSeconds})`,
+    );
+  }
+  return {
+    databaseUrl: optionalUrl(env, 'DATABASE_URL'),
+    provisionerUrl: optionalUrl(env, 'SANDBOX_PROVISIONER_URL'),
+    releaseLockTimeoutSeconds,
+    provisionerDeleteTimeoutSeconds,
+    runtimeCleanupTimeoutSeconds,
+    retryBaseSeconds,
+    retryMaxSeconds,
+    fenceSweepAfterSeconds: positiveInteger(env, 'FENCE_SWEEP_AFTER_SECONDS'),
+    fenceSweepIntervalSeconds: positiveInteger(env, 'FENCE_SWEEP_INTERVAL_SECONDS'),
+    sqsEndpoint: optionalUrl(env, 'AWS_ENDPOINT_URL_SQS'),
+    queueNamePrefix: env.QUEUE_NAME_PREFIX?.trim() ?? '',
+    databaseLockTimeoutMs: positiveInteger(env, 'DATABASE_LOCK_TIMEOUT_MS'),
+    databaseStatementTimeoutMs: positiveInteger(env, 'DATABASE_STATEMENT_TIMEOUT_MS'),
+  };
+}
+
+/** What a deployed function cannot run without; the local stack fills these in itself. */
+export function requireDeploymentValues(config: CleanupConfig): void {
+  if (!config.databaseUrl) throw new ConfigError('DATABASE_URL', '', 'is required in deployment');
+  if (!config.provisionerUrl)
+    throw new ConfigError('SANDBOX_PROVISIONER_URL', '', 'is required in deployment');
+}

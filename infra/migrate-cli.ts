@@ -1,0 +1,35 @@
+import { loadConfig } from '../functions/platform/config.ts';
+import { closeInProcessBridge, describeDatabase, openDatabase } from '../functions/platform/database.ts';
+import { migrate } from './migrate.ts';
+
+/** `npm run migrate`: applies the migrations to DATABASE_URL (idempotent) and exits. */
+async function main(): Promise<void> {
+  const config = loadConfig();
+  const url = config.databaseUrl ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+  const db = await openDatabase({
+    url,
+    maxConnections: 1,
+    lockTimeoutMs: config.databaseLockTimeoutMs,
+    // Migrations may rewrite tables: give them longer than a cleanup transaction gets.
+    statementTimeoutMs: Math.max(config.databaseStatementTimeoutMs, 300_000),
+  });
+  try {
+    const applied = await migrate(db);
+    console.log(
+      JSON.stringify({
+        level: 'INFO',
+        message: applied.length ? 'migrations applied' : 'schema up to date',
+        applied,
+        database: describeDatabase(url),
+      }),
+    );
+  } finally {
+    await db.end();
+    await closeInProcessBridge();
+  }
+}
+
+main().catch((error: unknown) => {
+  console.error(`migrate failed: ${error instanceof Error ? error.message : String(error)}`);
+  process.exit(1);
+});

@@ -1,0 +1,44 @@
+import { randomBytes } from 'node:crypto';
+import { inject } from 'vitest';
+import { type Database, openDatabase } from '../../functions/platform/database.ts';
+
+export interface TestDatabase {
+  url: string;
+  name: string;
+  wsProxy: string;
+  db: Database;
+  /** Opens another independent pool on the same database (a "different process"). */
+  connect(options?: { lockTimeoutMs?: number; maxConnections?: number }): Promise<Database>;
+  drop(): Promise<void>;
+}
+
+/** A fresh database cloned from the migrated template; drop it in `afterAll`. */
+export async function createTestDatabase(): Promise<TestDatabase> {
+  const { adminUrl, template, wsProxy } = inject('database');
+  const options = { wsProxy, lockTimeoutMs: 5_000, statementTimeoutMs: 30_000 };
+  const admin = await openDatabase({ url: adminUrl, maxConnections: 1, ...options });
+  const name = `rc_test_${process.ppid}_${randomBytes(5).toString('hex')}`;
+  // CREATE DATABASE takes no parameters; the name is made here from hex digits only.
+  await admin.query(`CREATE DATABASE ${name} TEMPLATE ${template}`);
+  const url = new URL(adminUrl);
+  url.pathname = `/${name}`;
+  const pools: Database[] = [];
+  const connect = async (extra: { lockTimeoutMs?: number; maxConnections?: number } = {}) => {
+    const db = await openDatabase({ url: url.toString(), ...options, ...extra });
+    pools.push(db);
+    return db;
+  };
+  const db = await connect({ maxConnections: 20 });
+  return {
+    url: url.toString(),
+    name,
+    wsProxy,
+    db,
+    connect,
+    async drop() {
+      await Promise.all(pools.map((pool) => pool.end().catch(() => {})));
+      await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await admin.end();
+    },
+  };
+}

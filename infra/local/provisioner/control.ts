@@ -24,17 +24,20 @@ export async function handleControl(
   route: Route,
   request: IncomingMessage,
   response: ServerResponse,
+  query: URLSearchParams,
   context: ControlContext,
 ): Promise<void> {
   switch (route.kind) {
     case 'set-fault': {
       const parsed = setFaultBodySchema.safeParse(await readJsonBody(request));
       if (!parsed.success) throw new BadRequestError('body must be {"target": string, "fault": {...}}');
+      // `FaultTable.set` validates the fault itself, so the cast only defers the check.
       context.faults.set(parsed.data.target, parsed.data.fault as Fault);
       return sendJson(response, 200, { ok: true });
     }
     case 'clear-faults':
-      context.faults.clear();
+      // `?target=<sandbox id>` clears that target's faults only; without it, everything.
+      context.faults.clear(query.get('target') ?? undefined);
       return sendJson(response, 200, { ok: true });
     case 'set-fault-profile':
       context.faults.setProfile((await readJsonBody(request)) as FaultProfile);

@@ -43,7 +43,9 @@ export type Fault = z.infer<typeof faultSchema>;
  * A global random mix for the demo: each matching request that no explicit fault claimed
  * draws one number; `hang`, `error`, `reset` and `slow` are the probabilities of each
  * misbehaviour (their sum at most 1). `error` answers `errorStatus` (503); `slow` waits
- * `slowMs` (1000) before handling normally.
+ * `slowMs` (1000) before handling normally. Given `slowMs` but no `slow`, every request
+ * the draw did not give another fault is slowed: `{ hang: 0.05, error: 0.1, slowMs: 200 }`
+ * reads as "5 % hang, 10 % fail, the rest take 200 ms".
  */
 export const faultProfileSchema = z
   .strictObject({
@@ -205,7 +207,7 @@ export class FaultTable {
       [profile.hang, { kind: 'hang' }],
       [profile.error, { kind: 'status', status: profile.errorStatus ?? 503, body: undefined }],
       [profile.reset, { kind: 'reset', afterHandling: false }],
-      [profile.slow, { kind: 'latency', ms: profile.slowMs ?? 1000 }],
+      [slowProbability(profile), { kind: 'latency', ms: profile.slowMs ?? 1000 }],
     ];
     let threshold = 0;
     for (const [probability, action] of choices) {
@@ -222,6 +224,11 @@ export class FaultTable {
       waiter.release();
     }
   }
+}
+
+function slowProbability(profile: FaultProfile): number {
+  if (profile.slow !== undefined || profile.slowMs === undefined) return profile.slow ?? 0;
+  return 1 - (profile.hang ?? 0) - (profile.error ?? 0) - (profile.reset ?? 0);
 }
 
 function methodMatches(filter: Fault['method'], method: ApiMethod): boolean {

@@ -1,7 +1,7 @@
 import { once } from 'node:events';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { BadRequestError, BodyTooLargeError } from './errors.ts';
+import { BadRequestError, BodyTooLargeError, ProvisionerError } from './errors.ts';
 
 /** Request bodies are a few ids; anything larger is a client bug, not a workload. */
 export const REQUEST_BODY_LIMIT_BYTES = 64 * 1024;
@@ -46,6 +46,14 @@ export function sendJson(response: ServerResponse, status: number, body: unknown
     'content-length': Buffer.byteLength(text),
   });
   response.end(text);
+}
+
+/** Answers an error as `{"error": message}`, with the status a `ProvisionerError` carries, else 500. */
+export function sendError(response: ServerResponse, error: unknown): void {
+  if (response.headersSent || response.destroyed) return;
+  const status = error instanceof ProvisionerError ? error.httpStatus : 500;
+  const message = error instanceof Error ? error.message : String(error);
+  sendJson(response, status, { error: message });
 }
 
 /** Sends a raw body (an injected error), JSON-typed when it parses as JSON. */

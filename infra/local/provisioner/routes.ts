@@ -17,20 +17,9 @@ export type Route =
   | { readonly kind: 'not-found' }
   | { readonly kind: 'method-not-allowed'; readonly allow: readonly string[] };
 
-/** Control routes steer the provisioner; they are neither audited nor subject to faults. */
-export function isControlRoute(route: Route): boolean {
-  return (
-    route.kind === 'set-fault' ||
-    route.kind === 'clear-faults' ||
-    route.kind === 'set-fault-profile' ||
-    route.kind === 'clear-fault-profile' ||
-    route.kind === 'list-audit' ||
-    route.kind === 'list-sandboxes'
-  );
-}
-
 type RouteTable = Record<string, Route>;
 
+/** Control routes steer the provisioner; they are neither audited nor subject to faults. */
 const CONTROL_ROUTES: Record<string, RouteTable> = {
   '/_control/faults': { POST: { kind: 'set-fault' }, DELETE: { kind: 'clear-faults' } },
   '/_control/fault-profile': { POST: { kind: 'set-fault-profile' }, DELETE: { kind: 'clear-fault-profile' } },

@@ -10,15 +10,17 @@ import type { SandboxInfo } from './types.ts';
  * The sandbox's program. It keeps itself alive with a timer and exits when its parent is
  * gone: a sandbox is not detached, but a provisioner killed with SIGKILL (a crashed test
  * runner) cannot kill its children, and orphans would otherwise outlive every test run.
- * Reparenting changes `process.ppid`, which is how the orphan notices.
+ * Reparenting changes `process.ppid`, which is how the orphan notices. The `ready` file
+ * tells a test that the program (and any signal handler) is installed.
  */
 const SANDBOX_SCRIPT = `
 const parent = process.ppid;
 setInterval(() => { if (process.ppid !== parent) process.exit(0); }, 500);
+require('node:fs').writeFileSync('ready', String(process.pid));
 `;
 
 /** The same program, but it ignores SIGTERM, to exercise the SIGKILL after the grace period. */
-const STUBBORN_SANDBOX_SCRIPT = `${SANDBOX_SCRIPT}\nprocess.on('SIGTERM', () => {});\n`;
+const STUBBORN_SANDBOX_SCRIPT = `process.on('SIGTERM', () => {});\n${SANDBOX_SCRIPT}`;
 
 /**
  * The name of a sandbox's work directory: a readable, sanitised prefix of the id plus a hash

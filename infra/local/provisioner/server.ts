@@ -2,36 +2,16 @@ import { mkdir } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { resolve } from 'node:path';
-import {
-  type ApiAnswer,
-  createSandbox,
-  deleteSandbox,
-  getSandbox,
-  parseCreateSandboxBody,
-  type SandboxUrlOf,
-} from './api.ts';
+import { z } from 'zod';
+import type { SandboxUrlOf } from './api.ts';
 import { AuditLog } from './audit.ts';
 import { handleControl } from './control.ts';
-import { ProvisionerError } from './errors.ts';
-import { type Fault, type FaultDecision, type FaultProfile, FaultTable } from './faults.ts';
-import {
-  pause,
-  readJsonBody,
-  resetConnection,
-  sendJson,
-  sendJsonSlowly,
-  sendOversizedJson,
-  sendText,
-} from './http-io.ts';
-import { parseRoute, type Route, splitTarget } from './routes.ts';
+import { type Fault, type FaultProfile, FaultTable } from './faults.ts';
+import { sendError } from './http-io.ts';
+import { type ApiRequest, createApiPipeline } from './pipeline.ts';
+import { parseRoute, splitTarget } from './routes.ts';
 import { isProcessAlive, SandboxRegistry } from './sandboxes.ts';
-import {
-  type ApiMethod,
-  AUDIT_OUTCOME,
-  type AuditEntry,
-  type RequestListener,
-  type SandboxInfo,
-} from './types.ts';
+import { AUDIT_OUTCOME, type AuditEntry, type RequestListener, type SandboxInfo } from './types.ts';
 
 export type { Fault, FaultProfile } from './faults.ts';
 export { isProcessAlive } from './sandboxes.ts';
@@ -85,17 +65,22 @@ export interface LocalProvisioner {
   stop(): Promise<void>;
 }
 
-/** One API request being handled. */
-interface RequestContext {
-  readonly entry: AuditEntry;
-  readonly request: IncomingMessage;
-  /** Aborted when the client leaves or the provisioner stops: waits end, the sandbox is left alone. */
-  readonly abort: AbortController;
-  hanging: boolean;
-}
+const nonNegativeInteger = z.number().int().nonnegative();
+/** Unknown keys are refused: a misspelt `graceMS` would otherwise silently mean 2000 ms. */
+const optionsSchema = z.strictObject({
+  port: nonNegativeInteger.max(65_535).optional(),
+  host: z.string().min(1).optional(),
+  rootDir: z.string().min(1),
+  graceMs: nonNegativeInteger.optional(),
+  seed: z.number().int().optional(),
+  auditLimit: z.number().int().positive().optional(),
+  sandboxIgnoresSigterm: z.boolean().optional(),
+});
 
-/** Starts a provisioner; it listens before this resolves. */
+/** Starts a provisioner; it listens before this resolves. Throws on invalid options. */
 export async function startProvisioner(options: ProvisionerOptions): Promise<LocalProvisioner> {
+  const parsed = optionsSchema.safeParse(options);
+  if (!parsed.success) throw new Error(`invalid provisioner options: ${z.prettifyError(parsed.error)}`);
   const rootDir = resolve(options.rootDir);
   await mkdir(rootDir, { recursive: true });
   const registry = new SandboxRegistry({
@@ -106,9 +91,10 @@ export async function startProvisioner(options: ProvisionerOptions): Promise<Loc
   const faults = new FaultTable(options.seed ?? 1);
   const audit = new AuditLog(options.auditLimit ?? 10_000);
   const listeners = new Set<RequestListener>();
-  const active = new Set<RequestContext>();
+  const active = new Set<ApiRequest>();
   let baseUrl = '';
   const urlOf: SandboxUrlOf = (sandboxId) => `${baseUrl}/sandboxes/${encodeURIComponent(sandboxId)}`;
+  const pipeline = createApiPipeline({ registry, faults, audit, listeners, urlOf });
 
   const server = createServer((request, response) => {
     // An aborted upload emits 'error' on the request; unheard, it would crash the provisioner.
@@ -118,7 +104,7 @@ export async function startProvisioner(options: ProvisionerOptions): Promise<Loc
       void serveControl(request, response, path, query);
       return;
     }
-    const context: RequestContext = {
+    const context: ApiRequest = {
       entry: audit.open(request.method ?? '', path),
       request,
       abort: new AbortController(),
@@ -126,7 +112,7 @@ export async function startProvisioner(options: ProvisionerOptions): Promise<Loc
     };
     active.add(context);
     trackOutcome(context, response);
-    void serveApi(context, response, query);
+    void pipeline.serve(context, response, query);
   });
 
   async function serveControl(
@@ -136,7 +122,7 @@ export async function startProvisioner(options: ProvisionerOptions): Promise<Loc
     query: URLSearchParams,
   ): Promise<void> {
     try {
-      await handleControl(parseRoute(request.method ?? '', path, query), request, response, {
+      await handleControl(parseRoute(request.method ?? '', path, query), request, response, query, {
         faults,
         audit,
         registry,
@@ -146,7 +132,7 @@ export async function startProvisioner(options: ProvisionerOptions): Promise<Loc
     }
   }
 
-  function trackOutcome(context: RequestContext, response: ServerResponse): void {
+  function trackOutcome(context: ApiRequest, response: ServerResponse): void {
     const { entry } = context;
     response.on('finish', () => {
       entry.status = response.statusCode;
@@ -159,112 +145,6 @@ export async function startProvisioner(options: ProvisionerOptions): Promise<Loc
       audit.finish(entry, AUDIT_OUTCOME.aborted);
       context.abort.abort();
     });
-  }
-
-  async function serveApi(context: RequestContext, response: ServerResponse, query: URLSearchParams) {
-    const { entry, request } = context;
-    const signal = context.abort.signal;
-    try {
-      const route = parseRoute(entry.method, entry.path, query);
-      const createBody =
-        route.kind === 'create-sandbox' ? parseCreateSandboxBody(await readJsonBody(request)) : undefined;
-      const sandboxId = createBody?.sandbox_id ?? ('sandboxId' in route ? route.sandboxId : undefined);
-      if (sandboxId !== undefined) entry.sandboxId = sandboxId;
-      if (route.kind === 'delete-sandbox' && route.generation !== undefined) {
-        entry.generation = route.generation;
-      }
-      audit.announce(entry);
-      if (route.kind === 'not-found') return sendJson(response, 404, { error: 'not found' });
-      if (route.kind === 'method-not-allowed') {
-        response.setHeader('allow', route.allow.join(', '));
-        return sendJson(response, 405, { error: 'method not allowed' });
-      }
-
-      const info = { method: entry.method, sandboxId, generation: entry.generation };
-      for (const listener of listeners) await listener(info);
-      if (signal.aborted) return;
-
-      const decision = faults.pick(entry.method as ApiMethod, sandboxId);
-      if (decision) entry.fault = decision.label;
-      if (!(await applyFaultBeforeHandling(context, response, decision))) return;
-
-      const answer = await answerRoute(route, createBody);
-      if (answer.deletedGeneration !== undefined) entry.deletedGeneration = answer.deletedGeneration;
-      if (signal.aborted) return;
-      await sendAnswer(context, response, answer, decision);
-    } catch (error) {
-      if (!signal.aborted) sendError(response, error);
-    }
-  }
-
-  /** Returns whether the request should go on to be handled. */
-  async function applyFaultBeforeHandling(
-    context: RequestContext,
-    response: ServerResponse,
-    decision: FaultDecision | undefined,
-  ): Promise<boolean> {
-    const signal = context.abort.signal;
-    switch (decision?.action.kind) {
-      case undefined:
-        return true;
-      case 'latency':
-        return pause(decision.action.ms, signal);
-      case 'hang': {
-        context.hanging = true;
-        const outcome = await faults.waitForRelease(decision.source, signal);
-        context.hanging = false;
-        return outcome === 'released';
-      }
-      case 'status': {
-        const { status, body } = decision.action;
-        if (body === undefined) sendJson(response, status, { error: `injected fault: status ${status}` });
-        else sendText(response, status, body);
-        return false;
-      }
-      case 'conflict':
-        sendJson(response, 409, { current_generation: decision.action.currentGeneration });
-        return false;
-      case 'reset':
-        if (decision.action.afterHandling) return true;
-        audit.finish(context.entry, AUDIT_OUTCOME.reset);
-        resetConnection(context.request);
-        return false;
-      default:
-        return true;
-    }
-  }
-
-  function answerRoute(route: Route, createBody: ReturnType<typeof parseCreateSandboxBody> | undefined) {
-    switch (route.kind) {
-      case 'create-sandbox':
-        return createSandbox(registry, createBody!, urlOf);
-      case 'get-sandbox':
-        return Promise.resolve(getSandbox(registry, route.sandboxId, urlOf));
-      case 'delete-sandbox':
-        return deleteSandbox(registry, route.sandboxId, route.generation);
-      default:
-        return Promise.resolve<ApiAnswer>({ status: 404, body: { error: 'not found' } });
-    }
-  }
-
-  async function sendAnswer(
-    context: RequestContext,
-    response: ServerResponse,
-    answer: ApiAnswer,
-    decision: FaultDecision | undefined,
-  ): Promise<void> {
-    const signal = context.abort.signal;
-    switch (decision?.action.kind) {
-      case 'oversized':
-        return sendOversizedJson(response, answer.status, answer.body, decision.action.bytes, signal);
-      case 'slow-body':
-        return sendJsonSlowly(response, answer.status, answer.body, decision.action.ms, signal);
-      case 'reset':
-        audit.finish(context.entry, AUDIT_OUTCOME.reset);
-        return resetConnection(context.request);
-      default:
-        return sendJson(response, answer.status, answer.body);
-    }
   }
 
   let stopped: Promise<void> | undefined;
@@ -313,11 +193,4 @@ export async function startProvisioner(options: ProvisionerOptions): Promise<Loc
       return stopped;
     },
   };
-}
-
-function sendError(response: ServerResponse, error: unknown): void {
-  if (response.headersSent || response.destroyed) return;
-  const status = error instanceof ProvisionerError ? error.httpStatus : 500;
-  const message = error instanceof Error ? error.message : String(error);
-  sendJson(response, status, { error: message });
 }

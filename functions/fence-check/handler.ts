@@ -1,0 +1,82 @@
+import { fenceCheck } from '../cleanup/fence-check.ts';
+import { FenceCheckOutcome } from '../cleanup/types.ts';
+import { type ConsumerDependencies, createSqsConsumer } from '../platform/batch.ts';
+import type { Database } from '../platform/database.ts';
+import { nextDeferral } from '../platform/deferral.ts';
+import { dependenciesFromEnvironment } from '../platform/dependencies.ts';
+import { lambdaEntry, type SqsHandler } from '../platform/lambda.ts';
+import { parseMessage, RunFinishedMessage } from '../platform/messages.ts';
+import { MetricName } from '../platform/metric-names.ts';
+import { announceRunFinished, publishFinalize, publishRelease } from '../platform/publish.ts';
+import { QueueName } from '../platform/queues.ts';
+
+/**
+ * fence-check: `run-finished` → phase 1 → `runtime-release.fifo` (a sandbox to delete),
+ * `runtime-finalize` (nothing to delete), a delayed re-check (deferred), or done.
+ */
+export function createFenceCheckHandler(deps: ConsumerDependencies & { db: Database }): SqsHandler {
+  const { db, queues, telemetry, config } = deps;
+  const policy = { baseSeconds: config.retryBaseSeconds, maxSeconds: config.retryMaxSeconds };
+  return createSqsConsumer(
+    {
+      queue: QueueName.RUN_FINISHED,
+      async processRecord({ record, receiveCount, logger }) {
+        const message = parseMessage(RunFinishedMessage, record.body);
+        logger.appendKeys({ runId: message.runId, phase: 'fence-check' });
+        const result = await fenceCheck(db, message.runId);
+        telemetry.count(MetricName.FENCE_CHECK_OUTCOME, { outcome: result.outcome });
+
+        switch (result.outcome) {
+          case FenceCheckOutcome.RELEASE_NEEDED: {
+            const { identity } = result;
+            logger.appendKeys({
+              uid: identity.uid,
+              runtimeScopeId: identity.runtimeScopeId,
+              generation: identity.generation,
+            });
+            await publishRelease(
+              queues,
+              { ...identity, sandboxId: identity.sandboxId!, generation: identity.generation! },
+              { messageId: record.messageId, receiveCount },
+            );
+            logger.info('fence checked; release requested', { sandboxId: identity.sandboxId });
+            return;
+          }
+          case FenceCheckOutcome.NOTHING_TO_DELETE:
+            logger.appendKeys({ uid: result.identity.uid, runtimeScopeId: result.identity.runtimeScopeId });
+            await publishFinalize(queues, result.identity, 'nothing_to_delete');
+            logger.info('fence checked; no live sandbox, finalizing');
+            return;
+          case FenceCheckOutcome.DEFERRED: {
+            const next = nextDeferral(message.deferrals, policy);
+            if (next) {
+              await announceRunFinished(queues, message.runId, next);
+              logger.info('fence check deferred; scope still active', {
+                reason: result.reason,
+                blockingRunId: result.blockingRunId,
+                deferrals: next.deferrals,
+                recheckInSeconds: next.delaySeconds,
+              });
+            } else {
+              logger.warn('fence check deferred too often; left to the sweeper', {
+                reason: result.reason,
+                blockingRunId: result.blockingRunId,
+              });
+            }
+            return;
+          }
+          case FenceCheckOutcome.ALREADY_CLEAN:
+          case FenceCheckOutcome.NOT_OWNER:
+            logger.info('nothing to clean up', { outcome: result.outcome });
+            return;
+        }
+      },
+    },
+    deps,
+  );
+}
+
+export const handler = lambdaEntry(async () => {
+  const deps = await dependenciesFromEnvironment('fence-check');
+  return { handler: createFenceCheckHandler(deps), telemetry: deps.telemetry };
+});

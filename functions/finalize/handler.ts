@@ -1,0 +1,103 @@
+import { finalize } from '../cleanup/finalize.ts';
+import { FinalizeOutcome } from '../cleanup/types.ts';
+import { type ConsumerDependencies, createSqsConsumer } from '../platform/batch.ts';
+import type { Database } from '../platform/database.ts';
+import { nextDeferral } from '../platform/deferral.ts';
+import { dependenciesFromEnvironment } from '../platform/dependencies.ts';
+import { lambdaEntry, type SqsHandler } from '../platform/lambda.ts';
+import { FinalizeCommand, parseMessage } from '../platform/messages.ts';
+import { MetricName } from '../platform/metric-names.ts';
+import {
+  announceRunFinished,
+  postgresTimestampMs,
+  publishCleaned,
+  publishFinalize,
+} from '../platform/publish.ts';
+import { QueueName } from '../platform/queues.ts';
+
+/**
+ * finalize: `runtime-finalize` → phase 3 → `runtime-cleaned` (cleared, or found clear: published
+ * at least once), `run-finished` again (identity changed: restart at phase 1), or a delayed
+ * re-check (deferred).
+ */
+export function createFinalizeHandler(deps: ConsumerDependencies & { db: Database }): SqsHandler {
+  const { db, queues, telemetry, config } = deps;
+  const policy = { baseSeconds: config.retryBaseSeconds, maxSeconds: config.retryMaxSeconds };
+  return createSqsConsumer(
+    {
+      queue: QueueName.RUNTIME_FINALIZE,
+      async processRecord({ record, logger }) {
+        const command = parseMessage(FinalizeCommand, record.body);
+        logger.appendKeys({
+          runId: command.runId,
+          uid: command.uid,
+          runtimeScopeId: command.runtimeScopeId,
+          generation: command.generation,
+          phase: 'finalize',
+        });
+        const result = await finalize(db, command);
+        telemetry.count(MetricName.FINALIZE_OUTCOME, { outcome: result.outcome });
+
+        switch (result.outcome) {
+          case FinalizeOutcome.CLEARED:
+          case FinalizeOutcome.ALREADY_CLEAR: {
+            const cleanedAt =
+              result.outcome === FinalizeOutcome.CLEARED ? result.cleanedAt : new Date().toISOString();
+            // Published after the commit, so a crash in between re-runs finalize, which finds the
+            // fence clear and publishes again: at least once.
+            await publishCleaned(queues, {
+              runId: command.runId,
+              uid: command.uid,
+              runtimeScopeId: command.runtimeScopeId,
+              generation: command.generation,
+              cleanedAt,
+            });
+            if (result.outcome === FinalizeOutcome.CLEARED && command.fenceSetAt) {
+              const latencyMs = Date.parse(cleanedAt) - postgresTimestampMs(command.fenceSetAt);
+              if (Number.isFinite(latencyMs)) telemetry.milliseconds(MetricName.CLEANUP_LATENCY, latencyMs);
+              logger.info('fence cleared', {
+                cleanupLatencyMs: latencyMs,
+                releaseOutcome: command.releaseOutcome,
+              });
+            } else {
+              logger.info('fence already clear', { outcome: result.outcome });
+            }
+            return;
+          }
+          case FinalizeOutcome.IDENTITY_CHANGED:
+            await announceRunFinished(queues, command.runId, { reason: 'identity_changed' });
+            logger.warn('identity changed since the fence check; fence kept, restarting at phase 1', {
+              changed: result.changed,
+            });
+            return;
+          case FinalizeOutcome.DEFERRED: {
+            const next = nextDeferral(command.deferrals, policy);
+            if (next) {
+              await publishFinalize(queues, command, command.releaseOutcome, {
+                ...next,
+                releasedAt: command.releasedAt,
+              });
+            }
+            logger.info(
+              next
+                ? 'finalize deferred; scope still active'
+                : 'finalize deferred too often; left to the sweeper',
+              {
+                reason: result.reason,
+                blockingRunId: result.blockingRunId,
+                ...(next ?? {}),
+              },
+            );
+            return;
+          }
+        }
+      },
+    },
+    deps,
+  );
+}
+
+export const handler = lambdaEntry(async () => {
+  const deps = await dependenciesFromEnvironment('finalize');
+  return { handler: createFinalizeHandler(deps), telemetry: deps.telemetry };
+});

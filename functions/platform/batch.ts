@@ -1,0 +1,152 @@
+import { BatchProcessor, EventType, processPartialResponse } from '@aws-lambda-powertools/batch';
+import type { Logger } from '@aws-lambda-powertools/logger';
+import type { Context, SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
+import { isCleanupError } from '../cleanup/errors.ts';
+import { backoffSeconds } from './backoff.ts';
+import type { CleanupConfig } from './config.ts';
+import { FifoGroupProcessor } from './fifo-group-processor.ts';
+import { MetricName } from './metric-names.ts';
+import type { Telemetry } from './observability.ts';
+import { deadLetterQueueName, QUEUE_DEFINITIONS, type QueueName, type Queues } from './queues.ts';
+import { redactSecrets } from './redact.ts';
+
+/**
+ * The shape every consumer shares (Powertools' prepare → process each record → build
+ * `batchItemFailures`), plus the two rules that keep a cleanup from being lost or stuck:
+ *
+ * - A record that can never succeed (non-retryable error), or that failed on its last allowed
+ *   receive, is sent to the queue's DLQ *by us*, with its reason as message attributes, and then
+ *   acknowledged. SQS's own redrive would move it without a reason.
+ * - A retryable failure sets the record's visibility to an exponential, jittered, capped backoff
+ *   and reports the item as failed; SQS redelivers it then.
+ *
+ * A full-batch failure is returned as every item failed (never thrown and caught into an empty
+ * response, which would make SQS delete the whole batch).
+ */
+export interface RecordContext {
+  record: SQSRecord;
+  receiveCount: number;
+  logger: Logger;
+  /** Remaining Lambda time at the start of the batch, in ms. */
+  remainingTimeMs: () => number;
+}
+
+export interface ConsumerDependencies {
+  queues: Queues;
+  telemetry: Telemetry;
+  config: CleanupConfig;
+}
+
+export interface ConsumerOptions {
+  queue: QueueName;
+  processRecord: (context: RecordContext) => Promise<void>;
+}
+
+const MAX_REASON_LENGTH = 1000;
+const UNEXPECTED = 'UNEXPECTED';
+
+function failureFacts(error: unknown): { code: string; retryable: boolean; message: string } {
+  if (isCleanupError(error)) return { code: error.code, retryable: error.retryable, message: error.message };
+  // A bug or an error nobody classified: retry it (with backoff), it dead-letters when exhausted.
+  const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+  return { code: UNEXPECTED, retryable: true, message };
+}
+
+export function createSqsConsumer(
+  options: ConsumerOptions,
+  deps: ConsumerDependencies,
+): (event: SQSEvent, context: Context) => Promise<SQSBatchResponse> {
+  const definition = QUEUE_DEFINITIONS[options.queue];
+  const { queues, telemetry, config } = deps;
+  const policy = { baseSeconds: config.retryBaseSeconds, maxSeconds: config.retryMaxSeconds };
+
+  const deadLetter = async (
+    record: SQSRecord,
+    facts: ReturnType<typeof failureFacts>,
+    exhausted: boolean,
+  ) => {
+    const reason = redactSecrets(
+      exhausted ? `retries exhausted; last error: ${facts.message}` : facts.message,
+    ).slice(0, MAX_REASON_LENGTH);
+    await queues.send(deadLetterQueueName(options.queue), record.body, {
+      attributes: {
+        reason,
+        errorCode: facts.code,
+        sourceQueue: options.queue,
+        sourceMessageId: record.messageId,
+        receiveCount: record.attributes.ApproximateReceiveCount ?? '1',
+        deadLetteredAt: new Date().toISOString(),
+      },
+      ...(definition.fifo
+        ? { groupId: record.attributes.MessageGroupId ?? 'dead-letters', deduplicationId: record.messageId }
+        : {}),
+    });
+    telemetry.count(MetricName.DEAD_LETTERED, { queue: options.queue, reason: facts.code });
+    return reason;
+  };
+
+  /** `retryDelays`: per message group, the backoff given to its failed record in this batch. */
+  const handleRecord = async (record: SQSRecord, context: Context, retryDelays: Map<string, number>) => {
+    const receiveCount = Number(record.attributes.ApproximateReceiveCount ?? '1') || 1;
+    const logger = telemetry.logger.createChild({
+      persistentKeys: { queue: options.queue, messageId: record.messageId, receiveCount },
+    });
+    try {
+      await options.processRecord({
+        record,
+        receiveCount,
+        logger,
+        remainingTimeMs: () => context.getRemainingTimeInMillis(),
+      });
+    } catch (error) {
+      const facts = failureFacts(error);
+      const exhausted = definition.maxReceiveCount !== null && receiveCount >= definition.maxReceiveCount;
+      if (!facts.retryable || exhausted) {
+        const reason = await deadLetter(record, facts, exhausted);
+        logger.error('message dead-lettered', { errorCode: facts.code, reason, exhausted });
+        return;
+      }
+      const delaySeconds = backoffSeconds(receiveCount, policy);
+      retryDelays.set(record.attributes.MessageGroupId ?? '', delaySeconds);
+      telemetry.count(MetricName.RETRY_SCHEDULED, { queue: options.queue, errorCode: facts.code });
+      logger.warn('attempt failed; will retry', {
+        errorCode: facts.code,
+        error: facts.message,
+        retryInSeconds: delaySeconds,
+        ...(facts.code === UNEXPECTED && error instanceof Error ? { stack: error.stack } : {}),
+      });
+      try {
+        await queues.changeVisibility(options.queue, record.receiptHandle, delaySeconds);
+      } catch (visibilityError) {
+        logger.warn('could not set the retry delay; the queue visibility timeout applies', {
+          error: (visibilityError as Error).message,
+        });
+      }
+      throw error;
+    }
+  };
+
+  return async (event, context) => {
+    const retryDelays = new Map<string, number>();
+    // Skipped records of a failed group come back with the failed record's delay, not after
+    // the queue's long default visibility timeout.
+    const processor = definition.fifo
+      ? new FifoGroupProcessor((record) =>
+          queues.changeVisibility(
+            options.queue,
+            record.receiptHandle,
+            retryDelays.get(record.attributes.MessageGroupId ?? '') ?? backoffSeconds(1, policy),
+          ),
+        )
+      : new BatchProcessor(EventType.SQS);
+    return processPartialResponse(
+      event,
+      (record: SQSRecord) => handleRecord(record, context, retryDelays),
+      processor,
+      {
+        context,
+        throwOnFullBatchFailure: false,
+      },
+    );
+  };
+}

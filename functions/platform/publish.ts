@@ -1,0 +1,85 @@
+import { createHash } from 'node:crypto';
+import type { CleanupIdentity, ReleaseOutcome } from '../cleanup/types.ts';
+import { MAX_SQS_DELAY_SECONDS } from './backoff.ts';
+import type { FinalizeCommand, ReleaseCommand, RunFinishedMessage, RuntimeCleanedEvent } from './messages.ts';
+import { QueueName, type Queues } from './queues.ts';
+
+/**
+ * Every message the functions send, typed by the schema its consumer parses with.
+ */
+
+/** FIFO group ids allow at most 128 characters from a restricted set (SQS API reference). */
+const GROUP_ID_ALLOWED = /^[\x21-\x7e]{1,128}$/;
+
+/**
+ * The release queue's message group: `<uid>:<runtime_scope_id>` (contract), so one scope's
+ * releases never run concurrently anywhere. A pair SQS would refuse as a group id is hashed.
+ */
+export function releaseGroupId(uid: string, runtimeScopeId: string): string {
+  const plain = `${uid}:${runtimeScopeId}`;
+  return GROUP_ID_ALLOWED.test(plain) ? plain : `sha256:${createHash('sha256').update(plain).digest('hex')}`;
+}
+
+/**
+ * FIFO deduplication ids are remembered for 5 minutes, even after the message was deleted, and a
+ * send with a remembered id is dropped silently. So the id names one *delivery* of the source
+ * message (its id and receive count): the SDK's own retries of one send collapse, while a
+ * legitimate retry (a redelivery, a new announcement) always gets a new id and is never dropped.
+ */
+export function deliveryDeduplicationId(sourceMessageId: string, receiveCount: number): string {
+  return createHash('sha256').update(`${sourceMessageId}#${receiveCount}`).digest('hex');
+}
+
+export async function publishRelease(
+  queues: Queues,
+  identity: CleanupIdentity & { sandboxId: string; generation: number },
+  source: { messageId: string; receiveCount: number },
+): Promise<string> {
+  const body: ReleaseCommand = { ...identity, requestedAt: new Date().toISOString() };
+  return queues.send(QueueName.RUNTIME_RELEASE, body, {
+    groupId: releaseGroupId(identity.uid, identity.runtimeScopeId),
+    deduplicationId: deliveryDeduplicationId(source.messageId, source.receiveCount),
+  });
+}
+
+export async function publishFinalize(
+  queues: Queues,
+  identity: CleanupIdentity,
+  releaseOutcome: ReleaseOutcome | 'nothing_to_delete',
+  options: { deferrals?: number; delaySeconds?: number; releasedAt?: string } = {},
+): Promise<string> {
+  const body: FinalizeCommand = {
+    ...identity,
+    releaseOutcome,
+    releasedAt: options.releasedAt ?? new Date().toISOString(),
+    ...(options.deferrals ? { deferrals: options.deferrals } : {}),
+  };
+  return queues.send(QueueName.RUNTIME_FINALIZE, body, delay(options.delaySeconds));
+}
+
+export async function announceRunFinished(
+  queues: Queues,
+  runId: string,
+  options: { deferrals?: number; delaySeconds?: number; reason?: string } = {},
+): Promise<string> {
+  const body: RunFinishedMessage & { reason?: string } = {
+    runId,
+    ...(options.deferrals ? { deferrals: options.deferrals } : {}),
+    ...(options.reason ? { reason: options.reason } : {}),
+  };
+  return queues.send(QueueName.RUN_FINISHED, body, delay(options.delaySeconds));
+}
+
+export async function publishCleaned(queues: Queues, event: RuntimeCleanedEvent): Promise<string> {
+  return queues.send(QueueName.RUNTIME_CLEANED, event);
+}
+
+function delay(seconds: number | undefined) {
+  return seconds && seconds > 0 ? { delaySeconds: Math.min(MAX_SQS_DELAY_SECONDS, Math.round(seconds)) } : {};
+}
+
+/** PostgreSQL's text form of a timestamptz (`2026-11-30 05:12:01.123456+00`) as epoch ms. */
+export function postgresTimestampMs(text: string): number {
+  const iso = text.replace(' ', 'T').replace(/([+-]\d\d)$/, '$1:00');
+  return Date.parse(iso);
+}

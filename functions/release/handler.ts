@@ -1,0 +1,68 @@
+import { CleanupError } from '../cleanup/errors.ts';
+import { release } from '../cleanup/release.ts';
+import type { SandboxProvider } from '../cleanup/sandbox-provider.ts';
+import { type ConsumerDependencies, createSqsConsumer } from '../platform/batch.ts';
+import { dependenciesFromEnvironment } from '../platform/dependencies.ts';
+import { lambdaEntry, type SqsHandler } from '../platform/lambda.ts';
+import { parseMessage, ReleaseCommand } from '../platform/messages.ts';
+import { MetricName } from '../platform/metric-names.ts';
+import { publishFinalize } from '../platform/publish.ts';
+import { QueueName } from '../platform/queues.ts';
+
+/**
+ * Time kept back from the Lambda deadline for publishing the finalize command and reporting the
+ * batch: without it a release that uses all its time would succeed and then be killed before
+ * anyone heard of it (harmless, but it would be redone).
+ */
+export const PUBLISH_MARGIN_MS = 5_000;
+
+/**
+ * release: `runtime-release.fifo` → phase 2 (no transaction) → `runtime-finalize`.
+ * Retryable failures come back with backoff; the fence stays up throughout.
+ */
+export function createReleaseHandler(deps: ConsumerDependencies & { provider: SandboxProvider }): SqsHandler {
+  const { provider, queues, telemetry, config } = deps;
+  return createSqsConsumer(
+    {
+      queue: QueueName.RUNTIME_RELEASE,
+      async processRecord({ record, logger, remainingTimeMs }) {
+        const command = parseMessage(ReleaseCommand, record.body);
+        logger.appendKeys({
+          runId: command.runId,
+          uid: command.uid,
+          runtimeScopeId: command.runtimeScopeId,
+          generation: command.generation,
+          phase: 'release',
+        });
+        const deadlineMs = Math.max(1_000, remainingTimeMs() - PUBLISH_MARGIN_MS);
+        const started = performance.now();
+        try {
+          const result = await release(command, {
+            provider,
+            runtimeCleanupTimeoutMs: Math.min(config.runtimeCleanupTimeoutSeconds * 1000, deadlineMs),
+          });
+          telemetry.count(MetricName.RELEASE_SUCCEEDED, { outcome: result.outcome });
+          telemetry.milliseconds(MetricName.RELEASE_DURATION, performance.now() - started);
+          telemetry.milliseconds(MetricName.RELEASE_LOCK_WAIT, result.lockWaitMs);
+          await publishFinalize(queues, command, result.outcome);
+          logger.info('sandbox released', {
+            sandboxId: command.sandboxId,
+            outcome: result.outcome,
+            lockWaitMs: Math.round(result.lockWaitMs),
+            deleteMs: Math.round(result.deleteMs),
+          });
+        } catch (error) {
+          const errorCode = error instanceof CleanupError ? error.code : 'UNEXPECTED';
+          telemetry.count(MetricName.RELEASE_FAILED, { errorCode });
+          throw error;
+        }
+      },
+    },
+    deps,
+  );
+}
+
+export const handler = lambdaEntry(async () => {
+  const deps = await dependenciesFromEnvironment('release');
+  return { handler: createReleaseHandler(deps), telemetry: deps.telemetry };
+});

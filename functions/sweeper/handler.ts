@@ -1,0 +1,47 @@
+import type { Context } from 'aws-lambda';
+import type { CleanupConfig } from '../platform/config.ts';
+import type { Database } from '../platform/database.ts';
+import { dependenciesFromEnvironment } from '../platform/dependencies.ts';
+import { lambdaEntry } from '../platform/lambda.ts';
+import { MetricName } from '../platform/metric-names.ts';
+import type { Telemetry } from '../platform/observability.ts';
+import type { Queues } from '../platform/queues.ts';
+import { type SweepResult, sweepFences } from './sweep.ts';
+
+/** sweeper: on a schedule, re-announces fences pending too long and reports the fence backlog. */
+export function createSweeperHandler(deps: {
+  db: Database;
+  queues: Queues;
+  telemetry: Telemetry;
+  config: CleanupConfig;
+}): (event: unknown, context: Context) => Promise<SweepResult> {
+  const { telemetry, config } = deps;
+  return async () => {
+    const result = await sweepFences(deps, { sweepAfterSeconds: config.fenceSweepAfterSeconds });
+    telemetry.count(MetricName.FENCES_REANNOUNCED, {}, result.announced.length);
+    telemetry.count(MetricName.PENDING_FENCES, {}, result.pendingFences);
+    telemetry.seconds(MetricName.OLDEST_FENCE_AGE, result.oldestFenceAgeSeconds);
+    const log = result.failed.length
+      ? telemetry.logger.warn.bind(telemetry.logger)
+      : telemetry.logger.info.bind(telemetry.logger);
+    log('sweep finished', {
+      phase: 'sweep',
+      reannounced: result.announced.length,
+      reannouncedRunIds: result.announced.slice(0, 20),
+      failedToAnnounce: result.failed.length,
+      pendingFences: result.pendingFences,
+      oldestFenceAgeSeconds: result.oldestFenceAgeSeconds,
+    });
+    if (result.failed.length) {
+      throw new Error(
+        `sweeper could not announce ${result.failed.length} fence(s); they are claimed again next tick`,
+      );
+    }
+    return result;
+  };
+}
+
+export const handler = lambdaEntry(async () => {
+  const deps = await dependenciesFromEnvironment('sweeper');
+  return { handler: createSweeperHandler(deps), telemetry: deps.telemetry };
+});

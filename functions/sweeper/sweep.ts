@@ -1,0 +1,69 @@
+import type { Database } from '../platform/database.ts';
+import { announceRunFinished } from '../platform/publish.ts';
+import type { Queues } from '../platform/queues.ts';
+
+/**
+ * The reconciler's safety net: every root fence pending longer than FENCE_SWEEP_AFTER_SECONDS is
+ * announced again on `run-finished`. It answers a run-finished event that was never sent, a
+ * message that was dead-lettered, and a deferral chain that ran out. A fence is re-announced at
+ * most once per FENCE_SWEEP_AFTER_SECONDS, and one tick handles at most SWEEP_BATCH_LIMIT fences
+ * (oldest first), so a backlog drains over ticks instead of flooding the queue.
+ *
+ * Claiming uses `FOR UPDATE SKIP LOCKED`: two sweepers never announce the same fence in one
+ * period, and a fence whose row a cleanup transaction holds is simply taken next tick.
+ */
+export const SWEEP_BATCH_LIMIT = 200;
+
+const CLAIM_DUE_FENCES = `
+  WITH due AS (
+    SELECT id FROM agent_runs
+    WHERE runtime_cleanup_pending AND run_type <> 'subagent'
+      AND runtime_cleanup_pending_since <= now() - make_interval(secs => $1::int)
+      AND (runtime_cleanup_announced_at IS NULL OR runtime_cleanup_announced_at <= now() - make_interval(secs => $1::int))
+    ORDER BY runtime_cleanup_pending_since
+    LIMIT $2::int
+    FOR UPDATE SKIP LOCKED
+  )
+  UPDATE agent_runs a SET runtime_cleanup_announced_at = now()
+  FROM due WHERE a.id = due.id
+  RETURNING a.id`;
+
+/** Gives a claim back when its announcement could not be sent, so the next tick tries again. */
+const UNCLAIM = `UPDATE agent_runs SET runtime_cleanup_announced_at = NULL WHERE id = ANY ($1::text[])`;
+
+const FENCE_STATS = `
+  SELECT count(*)::int AS pending,
+         coalesce(extract(epoch FROM now() - min(runtime_cleanup_pending_since)), 0)::float8 AS oldest_age_seconds
+  FROM agent_runs
+  WHERE runtime_cleanup_pending AND run_type <> 'subagent'`;
+
+export interface SweepResult {
+  announced: string[];
+  failed: string[];
+  pendingFences: number;
+  oldestFenceAgeSeconds: number;
+}
+
+export async function sweepFences(
+  deps: { db: Database; queues: Queues },
+  options: { sweepAfterSeconds: number; limit?: number },
+): Promise<SweepResult> {
+  const { db, queues } = deps;
+  const claimed = await db.query<{ id: string }>(CLAIM_DUE_FENCES, [
+    options.sweepAfterSeconds,
+    options.limit ?? SWEEP_BATCH_LIMIT,
+  ]);
+  const ids = claimed.rows.map((row) => row.id);
+  const results = await Promise.allSettled(
+    ids.map((id) => announceRunFinished(queues, id, { reason: 'sweeper' })),
+  );
+  const failed = ids.filter((_, index) => results[index]!.status === 'rejected');
+  if (failed.length) await db.query(UNCLAIM, [failed]);
+  const stats = await db.query<{ pending: number; oldest_age_seconds: number }>(FENCE_STATS);
+  return {
+    announced: ids.filter((id) => !failed.includes(id)),
+    failed,
+    pendingFences: stats.rows[0]?.pending ?? 0,
+    oldestFenceAgeSeconds: Math.round(stats.rows[0]?.oldest_age_seconds ?? 0),
+  };
+}

@@ -1,0 +1,163 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import {
+  type ApiAnswer,
+  type CreateSandboxBody,
+  createSandbox,
+  deleteSandbox,
+  getSandbox,
+  parseCreateSandboxBody,
+  type SandboxUrlOf,
+} from './api.ts';
+import type { AuditLog } from './audit.ts';
+import type { FaultDecision, FaultTable } from './faults.ts';
+import {
+  pause,
+  readJsonBody,
+  resetConnection,
+  sendError,
+  sendJson,
+  sendJsonSlowly,
+  sendOversizedJson,
+  sendText,
+} from './http-io.ts';
+import { parseRoute, type Route } from './routes.ts';
+import type { SandboxRegistry } from './sandboxes.ts';
+import { type ApiMethod, AUDIT_OUTCOME, type AuditEntry, type RequestListener } from './types.ts';
+
+/** One API request being handled. */
+export interface ApiRequest {
+  readonly entry: AuditEntry;
+  readonly request: IncomingMessage;
+  /** Aborted when the client leaves or the provisioner stops: waits end, the sandbox is left alone. */
+  readonly abort: AbortController;
+  /** Held by a `hang` fault right now (so `stop` can record the outcome `hung`). */
+  hanging: boolean;
+}
+
+export interface PipelineDependencies {
+  readonly registry: SandboxRegistry;
+  readonly faults: FaultTable;
+  readonly audit: AuditLog;
+  readonly listeners: ReadonlySet<RequestListener>;
+  readonly urlOf: SandboxUrlOf;
+}
+
+/**
+ * Serves one sandbox API request in phases: identify (route, body, audit announcement) →
+ * `onRequest` hooks → fault before handling (latency, hang, error, conflict, reset) → the
+ * real operation → send (normally, oversized, slowly, or reset after handling). Once the
+ * client has gone, no later phase starts: a request abandoned during a latency or a hang
+ * never touches its sandbox, while an operation already under way runs to completion so
+ * no sandbox is ever left half-deleted.
+ */
+export function createApiPipeline(deps: PipelineDependencies) {
+  const { registry, faults, audit, listeners, urlOf } = deps;
+
+  async function serve(api: ApiRequest, response: ServerResponse, query: URLSearchParams): Promise<void> {
+    const { entry, request } = api;
+    const signal = api.abort.signal;
+    try {
+      const route = parseRoute(entry.method, entry.path, query);
+      const createBody =
+        route.kind === 'create-sandbox' ? parseCreateSandboxBody(await readJsonBody(request)) : undefined;
+      const sandboxId = createBody?.sandbox_id ?? ('sandboxId' in route ? route.sandboxId : undefined);
+      if (sandboxId !== undefined) entry.sandboxId = sandboxId;
+      if (route.kind === 'delete-sandbox' && route.generation !== undefined) {
+        entry.generation = route.generation;
+      }
+      audit.announce(entry);
+      if (route.kind === 'not-found') return sendJson(response, 404, { error: 'not found' });
+      if (route.kind === 'method-not-allowed') {
+        response.setHeader('allow', route.allow.join(', '));
+        return sendJson(response, 405, { error: 'method not allowed' });
+      }
+
+      const info = { method: entry.method, sandboxId, generation: entry.generation };
+      for (const listener of listeners) await listener(info);
+      if (signal.aborted) return;
+
+      const decision = faults.pick(entry.method as ApiMethod, sandboxId);
+      if (decision) entry.fault = decision.label;
+      if (!(await applyFaultBeforeHandling(api, response, decision))) return;
+
+      const answer = await answerRoute(route, createBody);
+      if (answer.deletedGeneration !== undefined) entry.deletedGeneration = answer.deletedGeneration;
+      if (signal.aborted) return;
+      await sendAnswer(api, response, answer, decision);
+    } catch (error) {
+      if (!signal.aborted) sendError(response, error);
+    }
+  }
+
+  /** Returns whether the request goes on to be handled. */
+  async function applyFaultBeforeHandling(
+    api: ApiRequest,
+    response: ServerResponse,
+    decision: FaultDecision | undefined,
+  ): Promise<boolean> {
+    const signal = api.abort.signal;
+    switch (decision?.action.kind) {
+      case undefined:
+        return true;
+      case 'latency':
+        return pause(decision.action.ms, signal);
+      case 'hang': {
+        api.hanging = true;
+        const outcome = await faults.waitForRelease(decision.source, signal);
+        api.hanging = false;
+        return outcome === 'released';
+      }
+      case 'status': {
+        const { status, body } = decision.action;
+        if (body === undefined) sendJson(response, status, { error: `injected fault: status ${status}` });
+        else sendText(response, status, body);
+        return false;
+      }
+      case 'conflict':
+        sendJson(response, 409, { current_generation: decision.action.currentGeneration });
+        return false;
+      case 'reset':
+        if (decision.action.afterHandling) return true;
+        audit.finish(api.entry, AUDIT_OUTCOME.reset);
+        resetConnection(api.request);
+        return false;
+      default:
+        return true;
+    }
+  }
+
+  async function answerRoute(route: Route, createBody: CreateSandboxBody | undefined): Promise<ApiAnswer> {
+    switch (route.kind) {
+      case 'create-sandbox':
+        return createSandbox(registry, createBody!, urlOf);
+      case 'get-sandbox':
+        return getSandbox(registry, route.sandboxId, urlOf);
+      case 'delete-sandbox':
+        return deleteSandbox(registry, route.sandboxId, route.generation);
+      default:
+        return { status: 404, body: { error: 'not found' } };
+    }
+  }
+
+  async function sendAnswer(
+    api: ApiRequest,
+    response: ServerResponse,
+    answer: ApiAnswer,
+    decision: FaultDecision | undefined,
+  ): Promise<void> {
+    const signal = api.abort.signal;
+    switch (decision?.action.kind) {
+      case 'oversized':
+        return sendOversizedJson(response, answer.status, answer.body, decision.action.bytes, signal);
+      case 'slow-body':
+        return sendJsonSlowly(response, answer.status, answer.body, decision.action.ms, signal);
+      case 'reset':
+        audit.finish(api.entry, AUDIT_OUTCOME.reset);
+        return resetConnection(api.request);
+      default:
+        return sendJson(response, answer.status, answer.body);
+    }
+  }
+
+  return { serve };
+}

@@ -1,0 +1,48 @@
+import { ConfigError } from '../../functions/cleanup/errors.ts';
+import { redactUrl } from '../../functions/platform/config.ts';
+import { startStack } from './stack.ts';
+
+/**
+ * `npm run stack`: the local stack in the foreground. Logs one JSON line whose message is
+ * `stack ready` once every consumer polls; SIGINT/SIGTERM stop it cleanly (consumers drained,
+ * sandboxes killed, emulator and database closed).
+ */
+function log(level: 'INFO' | 'ERROR', message: string, extra: Record<string, unknown> = {}): void {
+  const line = JSON.stringify({ level, message, service: 'runtime-cleanup', function: 'stack', timestamp: new Date().toISOString(), ...extra });
+  if (level === 'ERROR') console.error(line);
+  else console.log(line);
+}
+
+async function main(): Promise<void> {
+  const stack = await startStack({
+    onError: (error, source) => log('ERROR', 'stack component error', { source, error: redactUrl(error.message) }),
+  });
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log('INFO', 'stack stopping', { signal });
+    await stack.stop();
+    log('INFO', 'stack stopped');
+    process.exit(0);
+  };
+  process.on('SIGINT', () => void stop('SIGINT'));
+  process.on('SIGTERM', () => void stop('SIGTERM'));
+  log('INFO', 'stack ready', {
+    sqsEndpoint: stack.sqsEndpoint,
+    queues: [...stack.createdQueues.values()].map((queue) => queue.url),
+    databaseUrl: redactUrl(stack.databaseUrl),
+    provisionerUrl: stack.provisionerUrl,
+    builtInProvisioner: stack.provisioner !== undefined,
+    sweepIntervalSeconds: stack.config.fenceSweepIntervalSeconds,
+  });
+}
+
+main().catch((error: unknown) => {
+  if (error instanceof ConfigError) {
+    console.error(error.message);
+  } else {
+    console.error(`stack failed to start: ${redactUrl(error instanceof Error ? error.message : String(error))}`);
+  }
+  process.exit(1);
+});

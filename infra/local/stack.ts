@@ -1,0 +1,229 @@
+import { mkdir } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
+import type { SQSClient } from '@aws-sdk/client-sqs';
+import { createFenceCheckHandler } from '../../functions/fence-check/handler.ts';
+import { createFinalizeHandler } from '../../functions/finalize/handler.ts';
+import type { CleanupConfig } from '../../functions/platform/config.ts';
+import { loadConfig } from '../../functions/platform/config.ts';
+import { type Database, openDatabase } from '../../functions/platform/database.ts';
+import { createProvider } from '../../functions/platform/dependencies.ts';
+import { withObservability } from '../../functions/platform/lambda.ts';
+import { createTelemetry, type Telemetry } from '../../functions/platform/observability.ts';
+import { createQueues, createSqsClient, FUNCTION_DEFINITIONS, QueueName, type Queues } from '../../functions/platform/queues.ts';
+import { createReleaseHandler } from '../../functions/release/handler.ts';
+import { createSweeperHandler } from '../../functions/sweeper/handler.ts';
+import type { SweepResult } from '../../functions/sweeper/sweep.ts';
+import { migrate } from '../migrate.ts';
+import { startDatabaseBridge } from './db-bridge.ts';
+import { startEmbeddedPostgres } from './embedded-postgres.ts';
+import { createEventSource, type EventSource } from './event-source.ts';
+import { type LocalProvisioner, startProvisioner } from './provisioner/server.ts';
+import { type CreatedQueue, createQueues as createQueuesOnEndpoint, type QueueOverrides } from './queue-setup.ts';
+
+/**
+ * The local stack (`npm run stack`): an SQS emulator with the contract's queues, migrations
+ * applied, the real handlers invoked through an emulated event source mapping, the sweeper on its
+ * interval, and the built-in provisioner unless SANDBOX_PROVISIONER_URL names another.
+ *
+ * Every part can be replaced by configuration: DATABASE_URL (else embedded-postgres),
+ * AWS_ENDPOINT_URL_SQS (else fauxqs in-process), SANDBOX_PROVISIONER_URL.
+ */
+export interface StackOptions {
+  /** Configuration source; defaults to process.env. */
+  env?: Readonly<Record<string, string | undefined>>;
+  /** Overrides DATABASE_URL. */
+  databaseUrl?: string;
+  /** A running WebSocket bridge (`host:port`); one is started otherwise. */
+  wsProxy?: string;
+  /** Port of the in-process SQS emulator: 4566 by contract, 0 in tests. */
+  sqsPort?: number;
+  /** Where embedded PostgreSQL keeps its data and the provisioner its sandboxes (git-ignored). */
+  dataDir?: string;
+  queueOverrides?: QueueOverrides;
+  /** Concurrent pollers per consumed queue (Lambda's concurrent instances). */
+  concurrency?: Partial<Record<'fenceCheck' | 'release' | 'finalize', number>>;
+  logLevel?: string;
+  /** Seed for the built-in provisioner's fault decisions. */
+  provisionerSeed?: number;
+  /** Grace between SIGTERM and SIGKILL for built-in sandboxes. */
+  provisionerGraceMs?: number;
+  /** Runs the sweeper on its interval (default true). */
+  sweeper?: boolean;
+  onError?: (error: Error, source: string) => void;
+}
+
+export interface Stack {
+  config: CleanupConfig;
+  db: Database;
+  /** The same queue client the functions use (stats count every call). */
+  queues: Queues;
+  sqs: SQSClient;
+  sqsEndpoint: string;
+  databaseUrl: string;
+  provisionerUrl: string;
+  /** The built-in provisioner, when SANDBOX_PROVISIONER_URL was not given. */
+  provisioner: LocalProvisioner | undefined;
+  createdQueues: Map<string, CreatedQueue>;
+  telemetry: Record<'fenceCheck' | 'release' | 'finalize' | 'sweeper', Telemetry>;
+  runSweeper(): Promise<SweepResult>;
+  stop(): Promise<void>;
+}
+
+export const DEFAULT_SQS_PORT = 4566;
+
+const DEFAULT_CONCURRENCY = { fenceCheck: 4, release: 8, finalize: 4 } as const;
+
+export async function startStack(options: StackOptions = {}): Promise<Stack> {
+  const config = loadConfig(options.env ?? process.env);
+  const dataDir = resolve(options.dataDir ?? '.data');
+  const cleanups: Array<() => Promise<void>> = [];
+  const stopAll = async () => {
+    for (const cleanup of cleanups.reverse()) await cleanup().catch(() => {});
+    cleanups.length = 0;
+  };
+  const onError = options.onError ?? (() => {});
+
+  try {
+    let databaseUrl = options.databaseUrl ?? config.databaseUrl;
+    if (!databaseUrl) {
+      const embedded = await startEmbeddedPostgres({ dataDir: join(dataDir, 'postgres') });
+      cleanups.push(() => embedded.stop());
+      databaseUrl = embedded.url;
+    }
+    let wsProxy = options.wsProxy;
+    if (!wsProxy) {
+      const bridge = await startDatabaseBridge();
+      cleanups.push(() => bridge.close());
+      wsProxy = bridge.address;
+    }
+    const db = await openDatabase({
+      url: databaseUrl,
+      wsProxy,
+      maxConnections: 20,
+      lockTimeoutMs: config.databaseLockTimeoutMs,
+      statementTimeoutMs: config.databaseStatementTimeoutMs,
+      onIdleError: (error) => onError(error, 'database'),
+    });
+    cleanups.push(() => db.end());
+    await migrate(db);
+
+    let provisioner: LocalProvisioner | undefined;
+    let provisionerUrl = config.provisionerUrl;
+    if (!provisionerUrl) {
+      const rootDir = join(dataDir, 'sandboxes');
+      await mkdir(rootDir, { recursive: true });
+      provisioner = await startProvisioner({
+        rootDir,
+        ...(options.provisionerSeed !== undefined ? { seed: options.provisionerSeed } : {}),
+        ...(options.provisionerGraceMs !== undefined ? { graceMs: options.provisionerGraceMs } : {}),
+      });
+      cleanups.push(() => provisioner!.stop());
+      provisionerUrl = provisioner.url;
+    }
+
+    let sqsEndpoint = config.sqsEndpoint;
+    if (!sqsEndpoint) {
+      const { startFauxqs } = await import('fauxqs');
+      const fauxqs = await startFauxqs({ port: options.sqsPort ?? DEFAULT_SQS_PORT, host: '127.0.0.1', logger: false });
+      cleanups.push(() => fauxqs.stop());
+      sqsEndpoint = `http://127.0.0.1:${fauxqs.port}`;
+    }
+    const sqs = createSqsClient({ endpoint: sqsEndpoint });
+    cleanups.push(async () => sqs.destroy());
+    const createdQueues = await createQueuesOnEndpoint(sqs, {
+      prefix: config.queueNamePrefix,
+      ...(options.queueOverrides ? { overrides: options.queueOverrides } : {}),
+    });
+    const queues = createQueues({ client: sqs, prefix: config.queueNamePrefix });
+
+    const logLevel = options.logLevel ?? process.env.LOG_LEVEL ?? 'INFO';
+    const telemetry = {
+      fenceCheck: createTelemetry({ functionName: 'fence-check', logLevel }),
+      release: createTelemetry({ functionName: 'release', logLevel }),
+      finalize: createTelemetry({ functionName: 'finalize', logLevel }),
+      sweeper: createTelemetry({ functionName: 'sweeper', logLevel }),
+    };
+    const provider = createProvider(config, provisionerUrl);
+    const shared = { config, db, queues, provider };
+    const handlers = {
+      fenceCheck: withObservability(createFenceCheckHandler({ ...shared, telemetry: telemetry.fenceCheck }), telemetry.fenceCheck),
+      release: withObservability(createReleaseHandler({ ...shared, telemetry: telemetry.release }), telemetry.release),
+      finalize: withObservability(createFinalizeHandler({ ...shared, telemetry: telemetry.finalize }), telemetry.finalize),
+    };
+    const sweeper = withObservability(createSweeperHandler({ ...shared, telemetry: telemetry.sweeper }), telemetry.sweeper);
+
+    const concurrency = { ...DEFAULT_CONCURRENCY, ...options.concurrency };
+    const consumed = [
+      { queue: QueueName.RUN_FINISHED, fn: 'fenceCheck', name: 'fence-check' },
+      { queue: QueueName.RUNTIME_RELEASE, fn: 'release', name: 'release' },
+      { queue: QueueName.RUNTIME_FINALIZE, fn: 'finalize', name: 'finalize' },
+    ] as const;
+    const sources: EventSource[] = consumed.map(({ queue, fn, name }) => {
+      const created = createdQueues.get(queue)!;
+      const definition = FUNCTION_DEFINITIONS[fn];
+      return createEventSource({
+        client: sqs,
+        queueUrl: created.url,
+        queueArn: created.arn,
+        functionName: name,
+        handler: handlers[fn],
+        batchSize: definition.batchSize,
+        timeoutSeconds: definition.timeoutSeconds,
+        concurrency: concurrency[fn],
+        onError: (error) => onError(error, name),
+      });
+    });
+    for (const source of sources) source.start();
+    cleanups.push(async () => {
+      await Promise.all(sources.map((source) => source.stop()));
+    });
+    await Promise.all(sources.map((source) => source.polling));
+
+    const runSweeper = () => sweeper({}, sweeperContext());
+    if (options.sweeper !== false) {
+      const timer = setInterval(() => {
+        runSweeper().catch((error: Error) => onError(error, 'sweeper'));
+      }, config.fenceSweepIntervalSeconds * 1000);
+      cleanups.push(async () => clearInterval(timer));
+    }
+    // The provider's undici agent is closed after the consumers stopped using it.
+    cleanups.splice(cleanups.length - 2, 0, async () => {});
+
+    return {
+      config,
+      db,
+      queues,
+      sqs,
+      sqsEndpoint,
+      databaseUrl,
+      provisionerUrl,
+      provisioner,
+      createdQueues,
+      telemetry,
+      runSweeper,
+      stop: stopAll,
+    };
+  } catch (error) {
+    await stopAll();
+    throw error;
+  }
+}
+
+function sweeperContext() {
+  const timeoutMs = FUNCTION_DEFINITIONS.sweeper.timeoutSeconds * 1000;
+  const deadline = Date.now() + timeoutMs;
+  return {
+    callbackWaitsForEmptyEventLoop: false,
+    functionName: 'sweeper',
+    functionVersion: '$LATEST',
+    invokedFunctionArn: 'arn:aws:lambda:local:000000000000:function:sweeper',
+    memoryLimitInMB: '256',
+    awsRequestId: `local-sweep-${Date.now()}`,
+    logGroupName: '/aws/lambda/sweeper',
+    logStreamName: 'local',
+    getRemainingTimeInMillis: () => Math.max(0, deadline - Date.now()),
+    done: () => {},
+    fail: () => {},
+    succeed: () => {},
+  };
+}

@@ -10,5 +10,7 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 120_000,
     reporters: ['default'],
+    // EMF lines of every handler would flood the test output; tests about metrics turn them on.
+    env: { POWERTOOLS_METRICS_DISABLED: 'true', NODE_OPTIONS: '--disable-warning=ExperimentalWarning' },
   },
 });

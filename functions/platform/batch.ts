@@ -127,6 +127,8 @@ export function createSqsConsumer(
   };
 
   return async (event, context) => {
+    // One stored (undimensioned) metric per invocation, flushed by the logMetrics middleware.
+    telemetry.metrics.addMetric(MetricName.RECORDS_RECEIVED, 'Count', event.Records.length);
     const retryDelays = new Map<string, number>();
     // Skipped records of a failed group come back with the failed record's delay, not after
     // the queue's long default visibility timeout.

@@ -24,5 +24,7 @@ export const MetricName = {
   OLDEST_FENCE_AGE: 'OldestFenceAge',
   FENCES_REANNOUNCED: 'FencesReannounced',
   FORCED_CLEARS: 'ForcedClears',
+  /** Records per invocation of a queue consumer. */
+  RECORDS_RECEIVED: 'RecordsReceived',
 } as const;
 export type MetricName = (typeof MetricName)[keyof typeof MetricName];

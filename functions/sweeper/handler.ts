@@ -18,9 +18,9 @@ export function createSweeperHandler(deps: {
   const { telemetry, config } = deps;
   return async () => {
     const result = await sweepFences(deps, { sweepAfterSeconds: config.fenceSweepAfterSeconds });
-    telemetry.count(MetricName.FENCES_REANNOUNCED, {}, result.announced.length);
-    telemetry.count(MetricName.PENDING_FENCES, {}, result.pendingFences);
-    telemetry.seconds(MetricName.OLDEST_FENCE_AGE, result.oldestFenceAgeSeconds);
+    telemetry.metrics.addMetric(MetricName.FENCES_REANNOUNCED, 'Count', result.announced.length);
+    telemetry.metrics.addMetric(MetricName.PENDING_FENCES, 'Count', result.pendingFences);
+    telemetry.metrics.addMetric(MetricName.OLDEST_FENCE_AGE, 'Seconds', result.oldestFenceAgeSeconds);
     const log = result.failed.length
       ? telemetry.logger.warn.bind(telemetry.logger)
       : telemetry.logger.info.bind(telemetry.logger);

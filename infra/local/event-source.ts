@@ -48,7 +48,9 @@ function toRecordAttributes(message: Message): SQSRecord['attributes'] {
   };
 }
 
-function toMessageAttributes(attributes: Record<string, MessageAttributeValue> | undefined): SQSMessageAttributes {
+function toMessageAttributes(
+  attributes: Record<string, MessageAttributeValue> | undefined,
+): SQSMessageAttributes {
   const result: SQSMessageAttributes = {};
   for (const [key, value] of Object.entries(attributes ?? {})) {
     result[key] = {

@@ -1,5 +1,9 @@
 import { CreateQueueCommand, GetQueueAttributesCommand, type SQSClient } from '@aws-sdk/client-sqs';
-import { deadLetterQueueName, QUEUE_DEFINITIONS, type QueueDefinition } from '../../functions/platform/queues.ts';
+import {
+  deadLetterQueueName,
+  QUEUE_DEFINITIONS,
+  type QueueDefinition,
+} from '../../functions/platform/queues.ts';
 
 /**
  * Creates the contract's queues on any SQS-compatible endpoint (fauxqs, LocalStack, a real
@@ -26,7 +30,9 @@ export async function createQueues(
   const prefix = options.prefix ?? '';
   const created = new Map<string, CreatedQueue>();
   const create = async (name: string, attributes: Record<string, string>) => {
-    const { QueueUrl } = await client.send(new CreateQueueCommand({ QueueName: `${prefix}${name}`, Attributes: attributes }));
+    const { QueueUrl } = await client.send(
+      new CreateQueueCommand({ QueueName: `${prefix}${name}`, Attributes: attributes }),
+    );
     const { Attributes } = await client.send(
       new GetQueueAttributesCommand({ QueueUrl: QueueUrl!, AttributeNames: ['QueueArn'] }),
     );
@@ -35,7 +41,8 @@ export async function createQueues(
   for (const [name, base] of Object.entries(QUEUE_DEFINITIONS)) {
     const definition = {
       ...base,
-      visibilityTimeoutSeconds: options.overrides?.visibilityTimeoutSeconds?.[name] ?? base.visibilityTimeoutSeconds,
+      visibilityTimeoutSeconds:
+        options.overrides?.visibilityTimeoutSeconds?.[name] ?? base.visibilityTimeoutSeconds,
       maxReceiveCount: options.overrides?.maxReceiveCount?.[name] ?? base.maxReceiveCount,
     };
     const fifo: Record<string, string> = definition.fifo ? { FifoQueue: 'true' } : {};
@@ -47,7 +54,11 @@ export async function createQueues(
     if (definition.consumer && definition.maxReceiveCount !== null) {
       const dlqName = deadLetterQueueName(name);
       const dlq = await create(dlqName, { ...fifo, MessageRetentionPeriod: '1209600' });
-      created.set(dlqName, { name: dlqName, ...dlq, definition: { ...definition, consumer: null, maxReceiveCount: null } });
+      created.set(dlqName, {
+        name: dlqName,
+        ...dlq,
+        definition: { ...definition, consumer: null, maxReceiveCount: null },
+      });
       attributes.RedrivePolicy = JSON.stringify({
         deadLetterTargetArn: dlq.arn,
         maxReceiveCount: definition.maxReceiveCount,

@@ -8,14 +8,22 @@ import { startStack } from './stack.ts';
  * sandboxes killed, emulator and database closed).
  */
 function log(level: 'INFO' | 'ERROR', message: string, extra: Record<string, unknown> = {}): void {
-  const line = JSON.stringify({ level, message, service: 'runtime-cleanup', function: 'stack', timestamp: new Date().toISOString(), ...extra });
+  const line = JSON.stringify({
+    level,
+    message,
+    service: 'runtime-cleanup',
+    function: 'stack',
+    timestamp: new Date().toISOString(),
+    ...extra,
+  });
   if (level === 'ERROR') console.error(line);
   else console.log(line);
 }
 
 async function main(): Promise<void> {
   const stack = await startStack({
-    onError: (error, source) => log('ERROR', 'stack component error', { source, error: redactUrl(error.message) }),
+    onError: (error, source) =>
+      log('ERROR', 'stack component error', { source, error: redactUrl(error.message) }),
   });
   let stopping = false;
   const stop = async (signal: string) => {
@@ -42,7 +50,9 @@ main().catch((error: unknown) => {
   if (error instanceof ConfigError) {
     console.error(error.message);
   } else {
-    console.error(`stack failed to start: ${redactUrl(error instanceof Error ? error.message : String(error))}`);
+    console.error(
+      `stack failed to start: ${redactUrl(error instanceof Error ? error.message : String(error))}`,
+    );
   }
   process.exit(1);
 });

@@ -9,7 +9,13 @@ import { type Database, openDatabase } from '../../functions/platform/database.t
 import { createProvider } from '../../functions/platform/dependencies.ts';
 import { withObservability } from '../../functions/platform/lambda.ts';
 import { createTelemetry, type Telemetry } from '../../functions/platform/observability.ts';
-import { createQueues, createSqsClient, FUNCTION_DEFINITIONS, QueueName, type Queues } from '../../functions/platform/queues.ts';
+import {
+  createQueues,
+  createSqsClient,
+  FUNCTION_DEFINITIONS,
+  QueueName,
+  type Queues,
+} from '../../functions/platform/queues.ts';
 import { createReleaseHandler } from '../../functions/release/handler.ts';
 import { createSweeperHandler } from '../../functions/sweeper/handler.ts';
 import type { SweepResult } from '../../functions/sweeper/sweep.ts';
@@ -18,7 +24,11 @@ import { startDatabaseBridge } from './db-bridge.ts';
 import { startEmbeddedPostgres } from './embedded-postgres.ts';
 import { createEventSource, type EventSource } from './event-source.ts';
 import { type LocalProvisioner, startProvisioner } from './provisioner/server.ts';
-import { type CreatedQueue, createQueues as createQueuesOnEndpoint, type QueueOverrides } from './queue-setup.ts';
+import {
+  type CreatedQueue,
+  createQueues as createQueuesOnEndpoint,
+  type QueueOverrides,
+} from './queue-setup.ts';
 
 /**
  * The local stack (`npm run stack`): an SQS emulator with the contract's queues, migrations
@@ -124,7 +134,11 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     let sqsEndpoint = config.sqsEndpoint;
     if (!sqsEndpoint) {
       const { startFauxqs } = await import('fauxqs');
-      const fauxqs = await startFauxqs({ port: options.sqsPort ?? DEFAULT_SQS_PORT, host: '127.0.0.1', logger: false });
+      const fauxqs = await startFauxqs({
+        port: options.sqsPort ?? DEFAULT_SQS_PORT,
+        host: '127.0.0.1',
+        logger: false,
+      });
       cleanups.push(() => fauxqs.stop());
       sqsEndpoint = `http://127.0.0.1:${fauxqs.port}`;
     }
@@ -146,11 +160,23 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     const provider = createProvider(config, provisionerUrl);
     const shared = { config, db, queues, provider };
     const handlers = {
-      fenceCheck: withObservability(createFenceCheckHandler({ ...shared, telemetry: telemetry.fenceCheck }), telemetry.fenceCheck),
-      release: withObservability(createReleaseHandler({ ...shared, telemetry: telemetry.release }), telemetry.release),
-      finalize: withObservability(createFinalizeHandler({ ...shared, telemetry: telemetry.finalize }), telemetry.finalize),
+      fenceCheck: withObservability(
+        createFenceCheckHandler({ ...shared, telemetry: telemetry.fenceCheck }),
+        telemetry.fenceCheck,
+      ),
+      release: withObservability(
+        createReleaseHandler({ ...shared, telemetry: telemetry.release }),
+        telemetry.release,
+      ),
+      finalize: withObservability(
+        createFinalizeHandler({ ...shared, telemetry: telemetry.finalize }),
+        telemetry.finalize,
+      ),
     };
-    const sweeper = withObservability(createSweeperHandler({ ...shared, telemetry: telemetry.sweeper }), telemetry.sweeper);
+    const sweeper = withObservability(
+      createSweeperHandler({ ...shared, telemetry: telemetry.sweeper }),
+      telemetry.sweeper,
+    );
 
     const concurrency = { ...DEFAULT_CONCURRENCY, ...options.concurrency };
     const consumed = [

@@ -1,0 +1,173 @@
+import { randomUUID } from 'node:crypto';
+import type { Database, Executor } from '../../functions/platform/database.ts';
+import { announceRunFinished } from '../../functions/platform/publish.ts';
+import type { Queues } from '../../functions/platform/queues.ts';
+
+/**
+ * What the agent platform does around a cleanup, done the way the platform would do it: admit a
+ * root run only while `runtime_cleanup_blocked` says the scope is free (under the scope's advisory
+ * lock), acquire the scope's sandbox from the provisioner, and on finishing set the fence in the
+ * same transaction as the terminal status, then announce the run on `run-finished`.
+ *
+ * Used by the demo workload, the chaos suite, the benchmarks and end-to-end tests.
+ */
+export interface ScopeRef {
+  uid: string;
+  runtimeScopeId: string;
+  threadId: string;
+  conversationId: number;
+  workdirPath: string;
+}
+
+export interface AdmittedRun {
+  runId: string;
+  scope: ScopeRef;
+  sandboxId: string;
+  generation: number;
+}
+
+/**
+ * The scope's advisory lock is taken in its own statement: in READ COMMITTED a statement's snapshot
+ * is taken when it starts, so a lock taken inside the INSERT would check the fence as it was
+ * before the lock was granted.
+ */
+const LOCK_SCOPE = 'SELECT pg_advisory_xact_lock(runtime_cleanup_lock_key($1::text, $2::text))';
+
+const ADMIT_ROOT_RUN = `
+  INSERT INTO agent_runs (id, uid, conversation_id, conversation_thread_id, runtime_scope_id, run_type, status,
+                          worker_id, heartbeat_at, lease_expires_at)
+  SELECT $1::text, $2::text, $3::bigint, $4::text, $5::text, $6::text, 'running', $7::text, now(), now() + interval '30 seconds'
+  WHERE NOT runtime_cleanup_blocked($2::text, $5::text)
+  RETURNING id`;
+
+const RECORD_SANDBOX = `
+  INSERT INTO sandbox_runtimes (uid, runtime_scope_id, sandbox_id, generation)
+  VALUES ($1::text, $2::text, $3::text, $4::bigint)
+  ON CONFLICT (uid, runtime_scope_id)
+  DO UPDATE SET sandbox_id = EXCLUDED.sandbox_id, generation = EXCLUDED.generation, released_at = NULL`;
+
+const FINISH_RUN = `
+  UPDATE agent_runs
+  SET status = $2::text, finished_at = now(), updated_at = now(), worker_id = NULL, lease_expires_at = NULL,
+      runtime_cleanup_pending = (run_type <> 'subagent')
+  WHERE id = $1::text AND status IN ('pending', 'running', 'cancel_requested')
+  RETURNING runtime_cleanup_pending`;
+
+const RENEW_LEASE = `
+  UPDATE agent_runs SET heartbeat_at = now(), lease_expires_at = now() + interval '30 seconds', updated_at = now()
+  WHERE id = $1::text AND status IN ('pending', 'running', 'cancel_requested')`;
+
+export class PlatformSimulator {
+  constructor(
+    private readonly db: Database,
+    private readonly queues: Queues,
+    private readonly provisionerUrl: string,
+  ) {}
+
+  async createScope(uid = `user-${randomUUID().slice(0, 8)}`): Promise<ScopeRef> {
+    const threadId = `thread-${randomUUID()}`;
+    const workdirPath = `projects/${randomUUID()}`;
+    const { rows } = await this.db.query<{ id: string }>(
+      'INSERT INTO conversations (uid, thread_id, workdir_path) VALUES ($1::text, $2::text, $3::text) RETURNING id',
+      [uid, threadId, workdirPath],
+    );
+    return {
+      uid,
+      runtimeScopeId: `scope-${threadId.slice(7, 19)}`,
+      threadId,
+      conversationId: Number(rows[0]!.id),
+      workdirPath,
+    };
+  }
+
+  /** Admits a root run if the scope is not fenced; returns undefined when blocked. */
+  async admitRootRun(
+    scope: ScopeRef,
+    options: { runType?: 'chat' | 'resume'; workerId?: string } = {},
+  ): Promise<AdmittedRun | undefined> {
+    const runId = `run-${randomUUID()}`;
+    const admitted = await this.db.withTransaction(async (tx) => {
+      await tx.query(LOCK_SCOPE, [scope.uid, scope.runtimeScopeId]);
+      const { rows } = await tx.query(ADMIT_ROOT_RUN, [
+        runId,
+        scope.uid,
+        scope.conversationId,
+        scope.threadId,
+        scope.runtimeScopeId,
+        options.runType ?? 'chat',
+        options.workerId ?? 'worker-1',
+      ]);
+      return rows.length === 1;
+    });
+    if (!admitted) return undefined;
+    const sandbox = await this.acquireSandbox(scope);
+    return { runId, scope, ...sandbox };
+  }
+
+  /** Creates (or reuses) the scope's sandbox at the provisioner and records its generation. */
+  async acquireSandbox(scope: ScopeRef): Promise<{ sandboxId: string; generation: number }> {
+    const sandboxId = `sbx-${scope.runtimeScopeId}`;
+    const response = await fetch(new URL('/api/sandboxes', this.provisionerUrl), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ sandbox_id: sandboxId, thread_id: scope.threadId, user_id: scope.uid }),
+    });
+    if (response.status !== 200 && response.status !== 201) {
+      throw new Error(
+        `provisioner refused to create sandbox ${sandboxId}: ${response.status} ${await response.text()}`,
+      );
+    }
+    const body = (await response.json()) as { generation: number };
+    await this.db.query(RECORD_SANDBOX, [scope.uid, scope.runtimeScopeId, sandboxId, body.generation]);
+    return { sandboxId, generation: body.generation };
+  }
+
+  async startSubagent(parent: AdmittedRun): Promise<string> {
+    const runId = `run-${randomUUID()}`;
+    await this.db.query(
+      `INSERT INTO agent_runs (id, uid, conversation_id, conversation_thread_id, runtime_scope_id, run_type,
+         created_by_run_id, status, worker_id, heartbeat_at, lease_expires_at)
+       VALUES ($1::text, $2::text, $3::bigint, $4::text, $5::text, 'subagent', $6::text, 'running', 'worker-1', now(),
+         now() + interval '30 seconds')`,
+      [
+        runId,
+        parent.scope.uid,
+        parent.scope.conversationId,
+        parent.scope.threadId,
+        parent.scope.runtimeScopeId,
+        parent.runId,
+      ],
+    );
+    return runId;
+  }
+
+  /** Renews a run's lease the way a worker's heartbeat does; returns how long it took (ms). */
+  async renewLease(runId: string): Promise<number> {
+    const started = performance.now();
+    await this.db.query(RENEW_LEASE, [runId]);
+    return performance.now() - started;
+  }
+
+  /**
+   * Ends a run: terminal status and (for a root run) the fence in one statement, then the
+   * announcement. Returns whether a fence was set.
+   */
+  async finishRun(
+    runId: string,
+    status: 'completed' | 'failed' | 'cancelled' | 'interrupted' = 'completed',
+    options: { announce?: boolean } = {},
+  ): Promise<boolean> {
+    const { rows } = await this.db.query<{ runtime_cleanup_pending: boolean }>(FINISH_RUN, [runId, status]);
+    const fenced = rows[0]?.runtime_cleanup_pending ?? false;
+    if (fenced && options.announce !== false) await announceRunFinished(this.queues, runId);
+    return fenced;
+  }
+
+  static async isBlocked(db: Executor, scope: Pick<ScopeRef, 'uid' | 'runtimeScopeId'>): Promise<boolean> {
+    const { rows } = await db.query<{ blocked: boolean }>(
+      'SELECT runtime_cleanup_blocked($1::text, $2::text) AS blocked',
+      [scope.uid, scope.runtimeScopeId],
+    );
+    return rows[0]!.blocked;
+  }
+}

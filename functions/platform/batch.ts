@@ -35,6 +35,12 @@ export interface ConsumerDependencies {
   queues: Queues;
   telemetry: Telemetry;
   config: CleanupConfig;
+  /**
+   * The queues' real maxReceiveCount where it differs from infra/queues.json (the local stack's
+   * test overrides). The last allowed receive must be known exactly: past it SQS would move the
+   * message itself, without a reason.
+   */
+  maxReceiveCounts?: Partial<Record<string, number>>;
 }
 
 export interface ConsumerOptions {
@@ -57,6 +63,7 @@ export function createSqsConsumer(
   deps: ConsumerDependencies,
 ): (event: SQSEvent, context: Context) => Promise<SQSBatchResponse> {
   const definition = QUEUE_DEFINITIONS[options.queue];
+  const maxReceiveCount = deps.maxReceiveCounts?.[options.queue] ?? definition.maxReceiveCount;
   const { queues, telemetry, config } = deps;
   const policy = { baseSeconds: config.retryBaseSeconds, maxSeconds: config.retryMaxSeconds };
 
@@ -100,7 +107,7 @@ export function createSqsConsumer(
       });
     } catch (error) {
       const facts = failureFacts(error);
-      const exhausted = definition.maxReceiveCount !== null && receiveCount >= definition.maxReceiveCount;
+      const exhausted = maxReceiveCount !== null && receiveCount >= maxReceiveCount;
       if (!facts.retryable || exhausted) {
         const reason = await deadLetter(record, facts, exhausted);
         logger.error('message dead-lettered', { errorCode: facts.code, reason, exhausted });

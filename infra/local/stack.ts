@@ -158,7 +158,10 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       sweeper: createTelemetry({ functionName: 'sweeper', logLevel }),
     };
     const provider = createProvider(config, provisionerUrl);
-    const shared = { config, db, queues, provider };
+    const maxReceiveCounts = Object.fromEntries(
+      [...createdQueues.values()].map((queue) => [queue.name, queue.definition.maxReceiveCount ?? undefined]),
+    );
+    const shared = { config, db, queues, provider, maxReceiveCounts };
     const handlers = {
       fenceCheck: withObservability(
         createFenceCheckHandler({ ...shared, telemetry: telemetry.fenceCheck }),

@@ -20,6 +20,8 @@ import type { TestDatabase } from './database.ts';
 export interface TestStack extends Stack {
   platform: PlatformSimulator;
   dataDir: string;
+  /** Errors the event sources saw (a handler that threw instead of reporting item failures). */
+  errors: Array<{ source: string; message: string }>;
   queueUrl(name: string): string;
   /** Receives (and deletes nothing) every message currently visible on a queue, with attributes. */
   peek(name: string, options?: { waitMs?: number }): Promise<Message[]>;
@@ -41,7 +43,9 @@ export async function startTestStack(
   options: { env?: Record<string, string>; stack?: Partial<StackOptions> } = {},
 ): Promise<TestStack> {
   const dataDir = await mkdtemp(join(tmpdir(), 'runtime-cleanup-stack-'));
+  const errors: Array<{ source: string; message: string }> = [];
   const stack = await startStack({
+    onError: (error, source) => errors.push({ source, message: error.message }),
     env: { ...FAST_RETRY_ENV, ...options.env },
     databaseUrl: t.url,
     wsProxy: t.wsProxy,
@@ -98,6 +102,7 @@ export async function startTestStack(
   return {
     ...stack,
     dataDir,
+    errors,
     platform: new PlatformSimulator(stack.db, stack.queues, stack.provisionerUrl),
     queueUrl,
     peek: (name, peekOptions) => peek(name, peekOptions?.waitMs ?? 0),

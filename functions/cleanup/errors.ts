@@ -22,6 +22,12 @@ export const ErrorCode = {
   DATABASE_UNAVAILABLE: 'DATABASE_UNAVAILABLE',
   DATABASE_LOCK_TIMEOUT: 'DATABASE_LOCK_TIMEOUT',
   QUEUE_UNAVAILABLE: 'QUEUE_UNAVAILABLE',
+  // Operator actions (force-clear, retry) refused; nothing was changed.
+  REASON_INVALID: 'REASON_INVALID',
+  RUN_NOT_ROOT: 'RUN_NOT_ROOT',
+  FENCE_NOT_PENDING: 'FENCE_NOT_PENDING',
+  RUN_NOT_TERMINAL: 'RUN_NOT_TERMINAL',
+  SCOPE_ACTIVE: 'SCOPE_ACTIVE',
 } as const;
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
 
@@ -128,6 +134,28 @@ export class DatabaseLockTimeoutError extends CleanupError {
 export class QueueUnavailableError extends CleanupError {
   readonly code = ErrorCode.QUEUE_UNAVAILABLE;
   readonly retryable = true;
+}
+
+export type OperationRefusalCode =
+  | typeof ErrorCode.REASON_INVALID
+  | typeof ErrorCode.RUN_NOT_ROOT
+  | typeof ErrorCode.FENCE_NOT_PENDING
+  | typeof ErrorCode.RUN_NOT_TERMINAL
+  | typeof ErrorCode.SCOPE_ACTIVE;
+
+/**
+ * An operator action (force-clear, retry) that the run's state does not allow. Checked under the
+ * scope's locks where it changes data, so the refusal is about the state the change would have met.
+ */
+export class OperationRefusedError extends CleanupError {
+  readonly retryable = false;
+  constructor(
+    readonly code: OperationRefusalCode,
+    message: string,
+    details: Record<string, unknown> = {},
+  ) {
+    super(message, details);
+  }
 }
 
 export function isCleanupError(error: unknown): error is CleanupError {

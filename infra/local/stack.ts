@@ -151,6 +151,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     const queues = createQueues({ client: sqs, prefix: config.queueNamePrefix });
 
     const logLevel = options.logLevel ?? process.env.LOG_LEVEL ?? 'INFO';
+    // As Lambda does for an on-demand instance: Powertools then counts each function's cold start.
+    process.env.AWS_LAMBDA_INITIALIZATION_TYPE ??= 'on-demand';
     const telemetry = {
       fenceCheck: createTelemetry({ functionName: 'fence-check', logLevel }),
       release: createTelemetry({ functionName: 'release', logLevel }),

@@ -45,7 +45,9 @@ async function finishedRun(options: { announce?: boolean } = {}): Promise<Admitt
 }
 
 function deletesOf(sandboxId: string) {
-  return stack.provisioner!.audit().filter((entry) => entry.method === 'DELETE' && entry.sandboxId === sandboxId);
+  return stack
+    .provisioner!.audit()
+    .filter((entry) => entry.method === 'DELETE' && entry.sandboxId === sandboxId);
 }
 
 async function deadLettersOf(queue: string, runId: string) {
@@ -115,7 +117,11 @@ describe('a provisioner that keeps failing', () => {
       return result.announced.includes(run.runId) ? result : undefined;
     });
     expect(sweep.pendingFences).toBeGreaterThanOrEqual(1);
-    await eventually('the fence to clear after the sweep', async () => !(await fenceOf(t.db, run.runId)), 20_000);
+    await eventually(
+      'the fence to clear after the sweep',
+      async () => !(await fenceOf(t.db, run.runId)),
+      20_000,
+    );
     expect(stack.provisioner!.sandbox(run.sandboxId)).toBeUndefined();
   });
 });
@@ -132,7 +138,9 @@ describe('duplicates', () => {
     await publishFinalize(stack.queues, identity!, 'deleted');
 
     const cleaned = await eventually('runtime-cleaned for the redelivered finalize', async () => {
-      const messages = (await stack.drain(QueueName.RUNTIME_CLEANED)).filter((m) => m.Body?.includes(run.runId));
+      const messages = (await stack.drain(QueueName.RUNTIME_CLEANED)).filter((m) =>
+        m.Body?.includes(run.runId),
+      );
       return messages.length ? messages : undefined;
     });
     expect(cleaned.length).toBeGreaterThanOrEqual(1);

@@ -3,7 +3,11 @@ import { access } from 'node:fs/promises';
 import { expect } from 'vitest';
 import { ProvisionerClient } from '../../functions/cleanup/provisioner-client.ts';
 import { SandboxProvider } from '../../functions/cleanup/sandbox-provider.ts';
-import { type CleanupIdentity, FenceCheckOutcome, type FenceCheckResult } from '../../functions/cleanup/types.ts';
+import {
+  type CleanupIdentity,
+  FenceCheckOutcome,
+  type FenceCheckResult,
+} from '../../functions/cleanup/types.ts';
 import { type Database, type Executor, SQLSTATE } from '../../functions/platform/database.ts';
 import type { AuditEntry, LocalProvisioner } from '../../infra/local/provisioner/server.ts';
 import { insertConversation, insertRun, type Scenario, upsertSandbox } from './factories.ts';
@@ -73,7 +77,8 @@ const ADVISORY_LOCKS_IN_DATABASE = `
 /** Sessions of this database parked inside an open transaction, other than the asking one. */
 const OPEN_TRANSACTIONS_IN_DATABASE = `
   SELECT count(*)::int AS open FROM pg_stat_activity
-  WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL`;
+  WHERE datname = current_database() AND backend_type = 'client backend'
+    AND pid <> pg_backend_pid() AND xact_start IS NOT NULL`;
 
 export type LockState = 'free' | 'held';
 
@@ -108,18 +113,22 @@ export async function probeCleanupLocks(
       throw error;
     });
   const scopeLock = await other.withTransaction(async (tx) => {
-    const { rows } = await tx.query<{ acquired: boolean }>(TRY_SCOPE_LOCK, [target.uid, target.runtimeScopeId]);
+    const { rows } = await tx.query<{ acquired: boolean }>(TRY_SCOPE_LOCK, [
+      target.uid,
+      target.runtimeScopeId,
+    ]);
     return rows[0]!.acquired ? ('free' as const) : ('held' as const);
   });
   return { rowLock, scopeLock };
 }
 
 /** Everything PostgreSQL can say about locks and transactions in this database right now. */
-export async function databaseActivity(other: Executor): Promise<{ advisoryLocks: number; openTransactions: number }> {
-  const [locks, transactions] = await Promise.all([
-    other.query<{ held: number }>(ADVISORY_LOCKS_IN_DATABASE),
-    other.query<{ open: number }>(OPEN_TRANSACTIONS_IN_DATABASE),
-  ]);
+export async function databaseActivity(
+  other: Executor,
+): Promise<{ advisoryLocks: number; openTransactions: number }> {
+  // One after the other: two queries at once would each see the other's transaction.
+  const locks = await other.query<{ held: number }>(ADVISORY_LOCKS_IN_DATABASE);
+  const transactions = await other.query<{ open: number }>(OPEN_TRANSACTIONS_IN_DATABASE);
   return { advisoryLocks: locks.rows[0]!.held, openTransactions: transactions.rows[0]!.open };
 }
 
@@ -142,7 +151,9 @@ export async function createSandboxAt(
     body: JSON.stringify({ sandbox_id: body.sandboxId, thread_id: body.threadId, user_id: body.uid }),
   });
   if (response.status !== 200 && response.status !== 201) {
-    throw new Error(`provisioner refused sandbox ${body.sandboxId}: ${response.status} ${await response.text()}`);
+    throw new Error(
+      `provisioner refused sandbox ${body.sandboxId}: ${response.status} ${await response.text()}`,
+    );
   }
   return ((await response.json()) as { generation: number }).generation;
 }
@@ -151,12 +162,19 @@ export async function createSandboxAt(
  * A terminal root run with its fence up, as the platform leaves it, whose scope's sandbox was
  * created for real at the provisioner and its generation recorded in `sandbox_runtimes`.
  */
-export async function provisionedRootRun(db: Executor, provisioner: LocalProvisioner): Promise<ProvisionedRun> {
+export async function provisionedRootRun(
+  db: Executor,
+  provisioner: LocalProvisioner,
+): Promise<ProvisionedRun> {
   const uid = `user-${randomUUID().slice(0, 8)}`;
   const runtimeScopeId = `scope-${randomUUID().slice(0, 8)}`;
   const conversation = await insertConversation(db, { uid });
   const sandboxId = `sbx-${runtimeScopeId}`;
-  const generation = await createSandboxAt(provisioner.url, { sandboxId, threadId: conversation.threadId, uid });
+  const generation = await createSandboxAt(provisioner.url, {
+    sandboxId,
+    threadId: conversation.threadId,
+    uid,
+  });
   await upsertSandbox(db, { uid, runtimeScopeId, sandboxId, generation });
   const rootRunId = await insertRun(db, {
     uid,

@@ -1,0 +1,237 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ReceiveMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
+import type { Context, SQSEvent } from 'aws-lambda';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createFenceCheckHandler } from '../../functions/fence-check/handler.ts';
+import { createFinalizeHandler } from '../../functions/finalize/handler.ts';
+import { loadConfig } from '../../functions/platform/config.ts';
+import { createProvider } from '../../functions/platform/dependencies.ts';
+import { withObservability } from '../../functions/platform/lambda.ts';
+import { METRICS_NAMESPACE, MetricName } from '../../functions/platform/metric-names.ts';
+import { createTelemetry } from '../../functions/platform/observability.ts';
+import { createQueues, createSqsClient, QueueName, type Queues } from '../../functions/platform/queues.ts';
+import { createReleaseHandler } from '../../functions/release/handler.ts';
+import { toSqsRecord } from '../../infra/local/event-source.ts';
+import { type LocalProvisioner, startProvisioner } from '../../infra/local/provisioner/server.ts';
+import { createQueues as createQueuesOnEndpoint } from '../../infra/local/queue-setup.ts';
+import { createTestDatabase, type TestDatabase } from '../support/database.ts';
+import { finishedRootRun } from '../support/factories.ts';
+
+/**
+ * What an on-call engineer sees in CloudWatch: the JSON log lines and EMF metric documents the
+ * real handlers print, captured from stdout while one cleanup runs through all three phases.
+ */
+let t: TestDatabase;
+let provisioner: LocalProvisioner;
+let sqs: SQSClient;
+let queues: Queues;
+let stopSqs: () => Promise<void>;
+let rootDir: string;
+const SECRET = 's3cr3t-Pa55w0rd';
+
+beforeAll(async () => {
+  process.env.POWERTOOLS_METRICS_DISABLED = 'false';
+  // Lambda sets this; Powertools counts a cold start only when it says 'on-demand'.
+  process.env.AWS_LAMBDA_INITIALIZATION_TYPE = 'on-demand';
+  t = await createTestDatabase();
+  rootDir = await mkdtemp(join(tmpdir(), 'observability-'));
+  provisioner = await startProvisioner({ rootDir, graceMs: 200 });
+  const { startFauxqs } = await import('fauxqs');
+  const fauxqs = await startFauxqs({ port: 0, host: '127.0.0.1', logger: false });
+  stopSqs = () => fauxqs.stop();
+  sqs = createSqsClient({ endpoint: `http://127.0.0.1:${fauxqs.port}` });
+  await createQueuesOnEndpoint(sqs);
+  queues = createQueues({ client: sqs });
+});
+afterAll(async () => {
+  process.env.POWERTOOLS_METRICS_DISABLED = 'true';
+  sqs?.destroy();
+  await stopSqs?.();
+  await provisioner?.stop();
+  await rm(rootDir, { recursive: true, force: true });
+  await t?.drop();
+});
+
+/** Runs `work` and returns every JSON line written to stdout and stderr meanwhile (and hides them). */
+async function captureStdout(work: () => Promise<void>): Promise<Record<string, unknown>[]> {
+  const streams = [process.stdout, process.stderr];
+  const originals = streams.map((stream) => stream.write.bind(stream));
+  let buffer = '';
+  for (const stream of streams) {
+    stream.write = ((chunk: string | Uint8Array) => {
+      buffer += typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString('utf8');
+      return true;
+    }) as typeof stream.write;
+  }
+  try {
+    await work();
+  } finally {
+    streams.forEach((stream, index) => {
+      stream.write = originals[index]!;
+    });
+  }
+  return buffer
+    .split('\n')
+    .filter((line) => line.startsWith('{'))
+    .map((line) => JSON.parse(line) as Record<string, unknown>);
+}
+
+async function takeOne(queue: string): Promise<SQSEvent> {
+  const url = await queues.url(queue);
+  for (let i = 0; i < 50; i += 1) {
+    const { Messages } = await sqs.send(
+      new ReceiveMessageCommand({
+        QueueUrl: url,
+        MaxNumberOfMessages: 1,
+        MessageSystemAttributeNames: ['All'],
+      }),
+    );
+    if (Messages?.length)
+      return { Records: Messages.map((m) => toSqsRecord(m, `arn:${queue}`, 'us-east-1')) };
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  throw new Error(`nothing arrived on ${queue}`);
+}
+
+function lambdaContext(name: string): Context {
+  return {
+    functionName: name,
+    functionVersion: '$LATEST',
+    invokedFunctionArn: `arn:aws:lambda:us-east-1:000000000000:function:${name}`,
+    memoryLimitInMB: '256',
+    awsRequestId: `req-${name}-${Math.random()}`,
+    logGroupName: `/aws/lambda/${name}`,
+    logStreamName: 'test',
+    callbackWaitsForEmptyEventLoop: false,
+    getRemainingTimeInMillis: () => 60_000,
+    done: () => {},
+    fail: () => {},
+    succeed: () => {},
+  };
+}
+
+function emfMetrics(lines: Record<string, unknown>[]) {
+  return lines
+    .filter((line) => line._aws)
+    .flatMap((line) => {
+      const aws = line._aws as {
+        CloudWatchMetrics: Array<{
+          Namespace: string;
+          Dimensions: string[][];
+          Metrics: Array<{ Name: string; Unit: string }>;
+        }>;
+      };
+      return aws.CloudWatchMetrics.flatMap((directive) =>
+        directive.Metrics.map((metric) => ({
+          namespace: directive.Namespace,
+          name: metric.Name,
+          unit: metric.Unit,
+          dimensions: Object.fromEntries(directive.Dimensions.flat().map((key) => [key, line[key]])),
+          value: line[metric.Name],
+        })),
+      );
+    });
+}
+
+describe('logs and metrics of one cleanup', () => {
+  it('emit EMF metrics with names, units and dimensions, and logs that carry the correlation keys', async () => {
+    const s = await finishedRootRun(t.db);
+    await fetch(`${provisioner.url}/api/sandboxes`, {
+      method: 'POST',
+      body: JSON.stringify({ sandbox_id: s.sandboxId, thread_id: s.threadId, user_id: s.uid }),
+    });
+    // A configuration whose URLs carry secrets: they must never reach a captured line.
+    const config = loadConfig({
+      DATABASE_URL: `postgres://app:${SECRET}@db.internal:5432/app`,
+      SANDBOX_PROVISIONER_URL: `${provisioner.url}/?token=${SECRET}`,
+    });
+    const build = (name: string) => createTelemetry({ functionName: name, stage: 'test', logLevel: 'INFO' });
+    const telemetry = {
+      fenceCheck: build('fence-check'),
+      release: build('release'),
+      finalize: build('finalize'),
+    };
+    const deps = { db: t.db, queues, config, provider: createProvider(config, config.provisionerUrl!) };
+    const fenceCheck = withObservability(
+      createFenceCheckHandler({ ...deps, telemetry: telemetry.fenceCheck }),
+      telemetry.fenceCheck,
+    );
+    const release = withObservability(
+      createReleaseHandler({ ...deps, telemetry: telemetry.release }),
+      telemetry.release,
+    );
+    const finalize = withObservability(
+      createFinalizeHandler({ ...deps, telemetry: telemetry.finalize }),
+      telemetry.finalize,
+    );
+
+    await queues.send(QueueName.RUN_FINISHED, { runId: s.rootRunId });
+    const lines = await captureStdout(async () => {
+      await fenceCheck(await takeOne(QueueName.RUN_FINISHED), lambdaContext('fence-check'));
+      await release(await takeOne(QueueName.RUNTIME_RELEASE), lambdaContext('release'));
+      await finalize(await takeOne(QueueName.RUNTIME_FINALIZE), lambdaContext('finalize'));
+      // A second invocation for another (unknown) run: its lines must not carry the first run's keys.
+      await queues.send(QueueName.RUN_FINISHED, { runId: 'ghost' });
+      await fenceCheck(await takeOne(QueueName.RUN_FINISHED), lambdaContext('fence-check'));
+      // An error message that names the database URL is redacted on the way out.
+      telemetry.finalize.logger.error('connection failed', {
+        error: `could not reach ${config.databaseUrl}`,
+      });
+    });
+
+    const metrics = emfMetrics(lines);
+    const find = (name: string) => metrics.filter((metric) => metric.name === name);
+    expect(metrics.every((metric) => metric.namespace === METRICS_NAMESPACE)).toBe(true);
+    expect(find(MetricName.FENCE_CHECK_OUTCOME)[0]).toMatchObject({
+      unit: 'Count',
+      dimensions: {
+        service: 'runtime-cleanup',
+        stage: 'test',
+        function: 'fence-check',
+        outcome: 'release_needed',
+      },
+      value: 1,
+    });
+    expect(find(MetricName.RELEASE_SUCCEEDED)[0]).toMatchObject({
+      unit: 'Count',
+      dimensions: { outcome: 'deleted' },
+    });
+    expect(find(MetricName.RELEASE_DURATION)[0]?.unit).toBe('Milliseconds');
+    expect(find(MetricName.RELEASE_LOCK_WAIT)[0]?.unit).toBe('Milliseconds');
+    expect(find(MetricName.FINALIZE_OUTCOME)[0]).toMatchObject({ dimensions: { outcome: 'cleared' } });
+    expect(find(MetricName.CLEANUP_LATENCY)[0]?.unit).toBe('Milliseconds');
+    expect(find(MetricName.DEAD_LETTERED)[0]).toMatchObject({
+      dimensions: { queue: 'run-finished', reason: 'RUN_NOT_FOUND' },
+    });
+    expect(find('ColdStart').length).toBeGreaterThanOrEqual(1);
+
+    const logs = lines.filter((line) => !line._aws);
+    const released = logs.find((line) => line.message === 'sandbox released')!;
+    expect(released).toMatchObject({
+      service: 'runtime-cleanup',
+      stage: 'test',
+      function: 'release',
+      runId: s.rootRunId,
+      uid: s.uid,
+      runtimeScopeId: s.runtimeScopeId,
+      generation: s.generation,
+      phase: 'release',
+      queue: 'runtime-release.fifo',
+      receiveCount: 1,
+    });
+    expect(typeof released.messageId).toBe('string');
+    expect(logs.find((line) => line.message === 'fence cleared')).toMatchObject({
+      runId: s.rootRunId,
+      phase: 'finalize',
+    });
+    const ghost = logs.find((line) => line.message === 'message dead-lettered')!;
+    expect(ghost.runId).toBe('ghost');
+    expect(ghost.uid).toBeUndefined();
+
+    const everything = lines.map((line) => JSON.stringify(line)).join('\n');
+    expect(everything).not.toContain(SECRET);
+    expect(everything).toContain('app:***@db.internal');
+  });
+});

@@ -24,7 +24,10 @@ export interface Executor {
 export interface Database extends Executor {
   /**
    * Runs `work` in one transaction with `lock_timeout` and `statement_timeout` set locally:
-   * commits on success, rolls back on any error, and discards a connection that broke.
+   * commits on success, rolls back on any error, and discards a connection that broke. A
+   * transaction whose connection died (a stale socket after a Lambda freeze, a terminated
+   * backend) is run once more on a fresh connection, so `work` must be safe to repeat — every
+   * cleanup transaction is: it re-reads what it decides on under its locks.
    */
   withTransaction<T>(work: (tx: Executor) => Promise<T>): Promise<T>;
   /** Round trips and transactions so far: the benchmarks report them per cleanup. */
@@ -127,7 +130,12 @@ export async function closeInProcessBridge(): Promise<void> {
 
 export async function openDatabase(options: DatabaseOptions): Promise<Database> {
   configureDriver(await resolveWsProxy(options));
-  const pool = new Pool({ connectionString: options.url, max: options.maxConnections ?? 10 });
+  const pool = new Pool({
+    connectionString: options.url,
+    max: options.maxConnections ?? 10,
+    // An idle socket is likelier to be dead (frozen Lambda, proxy idle timeout) than reusable.
+    idleTimeoutMillis: 30_000,
+  });
   // An idle client whose backend is terminated emits 'error' on the pool; unhandled, it would
   // crash the process. The pool discards that client by itself.
   pool.on('error', (error: Error) => options.onIdleError?.(error));
@@ -152,34 +160,50 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     stats,
     query: (text, values) => run(pool, text, values),
     async withTransaction(work) {
-      let client: PoolClient;
       try {
-        client = await pool.connect();
+        return await transactOnce(work);
       } catch (error) {
-        throw translateDatabaseError(error);
-      }
-      stats.transactions += 1;
-      let broken: Error | undefined;
-      try {
-        await run(client, beginStatement);
-        const result = await work({ query: (text, values) => run(client, text, values) });
-        await run(client, 'COMMIT');
-        return result;
-      } catch (error) {
-        try {
-          await client.query('ROLLBACK');
-        } catch (rollbackError) {
-          broken = rollbackError as Error;
-        }
-        throw error;
-      } finally {
-        client.release(broken);
+        if (!isLostConnection(error)) throw error;
+        return transactOnce(work);
       }
     },
     async end() {
       await pool.end();
     },
   };
+
+  async function transactOnce<T>(work: (tx: Executor) => Promise<T>): Promise<T> {
+    let client: PoolClient;
+    try {
+      client = await pool.connect();
+    } catch (error) {
+      throw translateDatabaseError(error);
+    }
+    stats.transactions += 1;
+    let broken: Error | undefined;
+    try {
+      await run(client, beginStatement);
+      const result = await work({ query: (text, values) => run(client, text, values) });
+      await run(client, 'COMMIT');
+      return result;
+    } catch (error) {
+      try {
+        await client.query('ROLLBACK');
+      } catch (rollbackError) {
+        broken = rollbackError as Error;
+      }
+      throw error;
+    } finally {
+      client.release(broken);
+    }
+  }
+}
+
+/** A connection-level failure (no SQLSTATE from the server, or the backend was terminated). */
+function isLostConnection(error: unknown): boolean {
+  if (!(error instanceof DatabaseUnavailableError)) return false;
+  const sqlstate = error.details.sqlstate;
+  return sqlstate === undefined || sqlstate === SQLSTATE.ADMIN_SHUTDOWN || String(sqlstate).startsWith('08');
 }
 
 /** For messages and logs: the URL with its password hidden. */

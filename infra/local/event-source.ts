@@ -19,6 +19,8 @@ export interface EventSourceOptions {
   handler: (event: SQSEvent, context: Context) => Promise<SQSBatchResponse>;
   batchSize: number;
   timeoutSeconds: number;
+  /** The queue's own visibility timeout; receives never ask for longer. */
+  queueVisibilityTimeoutSeconds?: number;
   concurrency: number;
   region?: string;
   onError?: (error: Error) => void;
@@ -105,6 +107,13 @@ export function createEventSource(options: EventSourceOptions): EventSource {
       sqs: options.client,
       useQueueUrlAsEndpoint: false,
       batchSize: options.batchSize,
+      // Received messages stay invisible for the function timeout plus a margin, not the queue's
+      // (6x longer) default: a stack killed mid-batch has its messages back within a minute or
+      // three instead of up to 18, while a running invocation is never redelivered under it.
+      visibilityTimeout: Math.min(
+        options.queueVisibilityTimeoutSeconds ?? Number.POSITIVE_INFINITY,
+        options.timeoutSeconds + 10,
+      ),
       waitTimeSeconds: 1,
       pollingWaitTimeMs: 0,
       pollingCompleteWaitTimeMs: 5_000,

@@ -81,7 +81,11 @@ export interface Stack {
 
 export const DEFAULT_SQS_PORT = 4566;
 
-const DEFAULT_CONCURRENCY = { fenceCheck: 4, release: 8, finalize: 4 } as const;
+/**
+ * Pollers per queue. Releases mostly wait on the provisioner, so they get more: a few hung
+ * deletes must not starve every other scope's release (deployed, MaximumConcurrency bounds it).
+ */
+const DEFAULT_CONCURRENCY = { fenceCheck: 4, release: 16, finalize: 4 } as const;
 
 export async function startStack(options: StackOptions = {}): Promise<Stack> {
   const config = loadConfig(options.env ?? process.env);
@@ -200,6 +204,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
         handler: handlers[fn],
         batchSize: definition.batchSize,
         timeoutSeconds: definition.timeoutSeconds,
+        queueVisibilityTimeoutSeconds: created.definition.visibilityTimeoutSeconds,
         concurrency: concurrency[fn],
         onError: (error) => onError(error, name),
       });

@@ -7,13 +7,13 @@
 -- runtime_cleanup_announced_at: when the sweeper last re-announced the fence, so one tick does
 --   not re-announce what the previous tick already did.
 ALTER TABLE agent_runs
-  ADD COLUMN runtime_cleanup_pending_since timestamptz,
-  ADD COLUMN runtime_cleanup_announced_at timestamptz;
+  ADD COLUMN IF NOT EXISTS runtime_cleanup_pending_since timestamptz,
+  ADD COLUMN IF NOT EXISTS runtime_cleanup_announced_at timestamptz;
 
 UPDATE agent_runs SET runtime_cleanup_pending_since = coalesce(finished_at, updated_at)
-  WHERE runtime_cleanup_pending;
+  WHERE runtime_cleanup_pending AND runtime_cleanup_pending_since IS NULL;
 
-CREATE FUNCTION agent_runs_track_fence() RETURNS trigger
+CREATE OR REPLACE FUNCTION agent_runs_track_fence() RETURNS trigger
   LANGUAGE plpgsql
   AS $$
   BEGIN
@@ -28,10 +28,11 @@ CREATE FUNCTION agent_runs_track_fence() RETURNS trigger
   END
   $$;
 
+DROP TRIGGER IF EXISTS agent_runs_track_fence ON agent_runs;
 CREATE TRIGGER agent_runs_track_fence
   BEFORE INSERT OR UPDATE OF runtime_cleanup_pending ON agent_runs
   FOR EACH ROW EXECUTE FUNCTION agent_runs_track_fence();
 
 -- The sweeper and the operator CLI list pending fences oldest first.
-CREATE INDEX agent_runs_pending_fences ON agent_runs (runtime_cleanup_pending_since)
+CREATE INDEX IF NOT EXISTS agent_runs_pending_fences ON agent_runs (runtime_cleanup_pending_since)
   WHERE runtime_cleanup_pending;

@@ -27,7 +27,10 @@ async function main(): Promise<void> {
   });
   let stopping = false;
   const stop = async (signal: string) => {
-    if (stopping) return;
+    if (stopping) {
+      log('INFO', 'second signal: exiting without waiting for the stop to finish', { signal });
+      process.exit(130);
+    }
     stopping = true;
     log('INFO', 'stack stopping', { signal });
     await stack.stop();

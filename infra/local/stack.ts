@@ -22,7 +22,7 @@ import type { SweepResult } from '../../functions/sweeper/sweep.ts';
 import { migrate } from '../migrate.ts';
 import { startDatabaseBridge } from './db-bridge.ts';
 import { startEmbeddedPostgres } from './embedded-postgres.ts';
-import { createEventSource, type EventSource } from './event-source.ts';
+import { createEventSource, type EventSource, type EventSourceOptions } from './event-source.ts';
 import { type LocalProvisioner, startProvisioner } from './provisioner/server.ts';
 import {
   type CreatedQueue,
@@ -60,6 +60,14 @@ export interface StackOptions {
   /** Runs the sweeper on its interval (default true). */
   sweeper?: boolean;
   onError?: (error: Error, source: string) => void;
+  /**
+   * Chaos hook (test/chaos): wraps the queue client the functions and the sweeper send with, e.g.
+   * to make a send fail at a chosen step boundary (a crash after a delete, before the finalize
+   * command is published). Omitted, the client is used as is.
+   */
+  wrapQueues?: (queues: Queues) => Queues;
+  /** Chaos hook (test/chaos): see `EventSourceOptions.beforeAck`; omitted, every processed message is deleted. */
+  beforeAck?: EventSourceOptions['beforeAck'];
 }
 
 export interface Stack {
@@ -98,9 +106,29 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   const onError = options.onError ?? (() => {});
 
   try {
+    // The emulator first: it owns a fixed port, so a second stack fails here, before it touches
+    // the first one's database folder.
+    let sqsEndpoint = config.sqsEndpoint;
+    if (!sqsEndpoint) {
+      const { startFauxqs } = await import('fauxqs');
+      const port = options.sqsPort ?? DEFAULT_SQS_PORT;
+      // fauxqs always listens on 0.0.0.0; `host` only names the host in its queue URLs.
+      const fauxqs = await startFauxqs({ port, host: '127.0.0.1', logger: false }).catch((error: Error) => {
+        throw new Error(
+          (error as NodeJS.ErrnoException).code === 'EADDRINUSE'
+            ? `port ${port} is already in use (another stack?): stop it, or set AWS_ENDPOINT_URL_SQS to use that SQS endpoint`
+            : `the SQS emulator did not start: ${error.message}`,
+        );
+      });
+      cleanups.push(() => fauxqs.stop());
+      sqsEndpoint = `http://127.0.0.1:${fauxqs.port}`;
+    }
     let databaseUrl = options.databaseUrl ?? config.databaseUrl;
     if (!databaseUrl) {
-      const embedded = await startEmbeddedPostgres({ dataDir: join(dataDir, 'postgres') });
+      const embedded = await startEmbeddedPostgres({
+        dataDir: join(dataDir, 'postgres'),
+        callerHandlesSignals: true,
+      });
       cleanups.push(() => embedded.stop());
       databaseUrl = embedded.url;
     }
@@ -135,24 +163,14 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       provisionerUrl = provisioner.url;
     }
 
-    let sqsEndpoint = config.sqsEndpoint;
-    if (!sqsEndpoint) {
-      const { startFauxqs } = await import('fauxqs');
-      const fauxqs = await startFauxqs({
-        port: options.sqsPort ?? DEFAULT_SQS_PORT,
-        host: '127.0.0.1',
-        logger: false,
-      });
-      cleanups.push(() => fauxqs.stop());
-      sqsEndpoint = `http://127.0.0.1:${fauxqs.port}`;
-    }
     const sqs = createSqsClient({ endpoint: sqsEndpoint });
     cleanups.push(async () => sqs.destroy());
     const createdQueues = await createQueuesOnEndpoint(sqs, {
       prefix: config.queueNamePrefix,
       ...(options.queueOverrides ? { overrides: options.queueOverrides } : {}),
     });
-    const queues = createQueues({ client: sqs, prefix: config.queueNamePrefix });
+    const plainQueues = createQueues({ client: sqs, prefix: config.queueNamePrefix });
+    const queues = options.wrapQueues ? options.wrapQueues(plainQueues) : plainQueues;
 
     const logLevel = options.logLevel ?? process.env.LOG_LEVEL ?? 'INFO';
     // As Lambda does for an on-demand instance: Powertools then counts each function's cold start.
@@ -207,6 +225,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
         queueVisibilityTimeoutSeconds: created.definition.visibilityTimeoutSeconds,
         concurrency: concurrency[fn],
         onError: (error) => onError(error, name),
+        ...(options.beforeAck ? { beforeAck: options.beforeAck } : {}),
       });
     });
     for (const source of sources) source.start();

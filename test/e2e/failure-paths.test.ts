@@ -186,3 +186,41 @@ describe('the sweeper alone', () => {
     expect(stack.provisioner!.sandbox(run.sandboxId)).toBeUndefined();
   });
 });
+
+describe('deferral', () => {
+  it('re-checks a scope that is still busy with growing delays, never dead-letters it, and cleans up once the child run ends', async () => {
+    const scope = await stack.platform.createScope();
+    const root = (await stack.platform.admitRootRun(scope))!;
+    const child = await stack.platform.startSubagent(root);
+    await stack.platform.finishRun(root.runId, 'completed');
+
+    // Watch the re-checks the fence check schedules for itself (the handlers share this client).
+    const deferrals: number[] = [];
+    const send = stack.queues.send;
+    stack.queues.send = async (queue, body, options) => {
+      const parsed =
+        typeof body === 'object' && body !== null ? (body as { runId?: string; deferrals?: number }) : {};
+      if (queue === QueueName.RUN_FINISHED && parsed.runId === root.runId && parsed.deferrals) {
+        deferrals.push(parsed.deferrals);
+      }
+      return send(queue, body, options);
+    };
+    // The child outlives its root: several deferred fence checks, the fence stays, the sandbox lives.
+    await eventually('three deferred fence checks', async () => deferrals.length >= 3, 20_000);
+    stack.queues.send = send;
+    expect(deferrals).toEqual([1, 2, 3]);
+    expect(await fenceOf(t.db, root.runId)).toBe(true);
+    expect(stack.provisioner!.sandbox(root.sandboxId)).toBeDefined();
+    expect(deletesOf(root.sandboxId)).toEqual([]);
+    expect(await deadLettersOf(QueueName.RUN_FINISHED, root.runId)).toEqual([]);
+
+    await stack.platform.finishRun(child, 'completed');
+    await eventually(
+      'the fence to clear after the child ended',
+      async () => !(await fenceOf(t.db, root.runId)),
+      20_000,
+    );
+    expect(stack.provisioner!.sandbox(root.sandboxId)).toBeUndefined();
+    expect(await deadLettersOf(QueueName.RUN_FINISHED, root.runId)).toEqual([]);
+  });
+});

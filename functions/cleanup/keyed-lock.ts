@@ -30,6 +30,7 @@ export class KeyedLock {
 
   /** Resolves with a release function once the key is ours; release is idempotent. */
   acquire(key: string, options: LockWaitOptions): Promise<() => void> {
+    if (options.signal?.aborted) return Promise.reject(options.signal.reason);
     const queue = this.#queues.get(key);
     if (!queue) {
       this.#queues.set(key, []);

@@ -69,7 +69,9 @@ export function redactUrl(raw: string): string {
     }
     return url.toString();
   } catch {
-    return raw.replace(/\/\/([^:/@]*):[^@]*@/, '//$1:***@');
+    // Up to the LAST '@': a password may hold a raw '@' (URL parsers accept it), and stopping at
+    // the first one printed the rest of the password. Hiding too much here costs nothing.
+    return raw.replace(/\/\/([^:/@]*):[\s\S]*@/, '//$1:***@');
   }
 }
 

@@ -77,11 +77,11 @@ export function parseMessage<Schema extends z.ZodType>(schema: Schema, body: str
   try {
     json = JSON.parse(body);
   } catch (error) {
+    // Only the position: the parser's own message quotes part of the body, which may be secret.
+    const position = /position (\d+)/.exec((error as Error).message)?.[1];
     throw new InvalidMessageError(
-      `body is not valid JSON: ${(error as Error).message}`.slice(0, MAX_REASON_LENGTH),
-      {
-        reason: 'malformed_json',
-      },
+      `body is not valid JSON${position ? ` (at position ${position})` : ''} (${body.length} characters)`,
+      { reason: 'malformed_json' },
     );
   }
   const parsed = schema.safeParse(json);

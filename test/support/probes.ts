@@ -97,13 +97,13 @@ export interface CleanupLockProbe {
  */
 export async function probeCleanupLocks(
   other: Database,
-  target: { runId: string; uid: string; runtimeScopeId: string },
+  target: Pick<Scenario, 'rootRunId' | 'uid' | 'runtimeScopeId'>,
 ): Promise<CleanupLockProbe> {
   const rowLock = await other
     .withTransaction(async (tx) => {
-      const { rowCount } = await tx.query(LOCK_RUN_ROW_NOWAIT, [target.runId]);
+      const { rowCount } = await tx.query(LOCK_RUN_ROW_NOWAIT, [target.rootRunId]);
       // A probe of a missing row would report "free" for the wrong reason.
-      if (rowCount !== 1) throw new Error(`probe: run ${target.runId} does not exist`);
+      if (rowCount !== 1) throw new Error(`probe: run ${target.rootRunId} does not exist`);
       return 'free' as const;
     })
     .catch((error: unknown) => {

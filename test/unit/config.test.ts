@@ -1,0 +1,191 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, ErrorCode } from '../../functions/cleanup/errors.ts';
+import { loadConfig, requireDeploymentValues } from '../../functions/platform/config.ts';
+
+/**
+ * Configuration (contract §4): every variable's default, and for every rule a bad value that
+ * stops the process with ONE line naming the variable, its value and the rule.
+ */
+const POSITIVE_INTEGER_VARIABLES = [
+  'SANDBOX_PROVIDER_RELEASE_LOCK_TIMEOUT_SECONDS',
+  'SANDBOX_PROVISIONER_DELETE_TIMEOUT_SECONDS',
+  'SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS',
+  'CLEANUP_RETRY_BASE_SECONDS',
+  'CLEANUP_RETRY_MAX_SECONDS',
+  'FENCE_SWEEP_AFTER_SECONDS',
+  'FENCE_SWEEP_INTERVAL_SECONDS',
+] as const;
+
+const BAD_POSITIVE_INTEGERS = [
+  '0',
+  '-1',
+  '1.5',
+  'abc',
+  '1e3',
+  '0x10',
+  '+5',
+  '7 days',
+  'Infinity',
+  '9007199254740993',
+];
+
+function configErrorOf(env: Record<string, string>): ConfigError {
+  try {
+    loadConfig(env);
+  } catch (error) {
+    expect(error).toBeInstanceOf(ConfigError);
+    return error as ConfigError;
+  }
+  throw new Error(`expected ${JSON.stringify(env)} to be refused`);
+}
+
+describe('defaults (contract §4)', () => {
+  it('uses the contract default of every variable when none is set', () => {
+    expect(loadConfig({})).toMatchObject({
+      databaseUrl: undefined,
+      provisionerUrl: undefined,
+      releaseLockTimeoutSeconds: 30,
+      provisionerDeleteTimeoutSeconds: 120,
+      runtimeCleanupTimeoutSeconds: 155,
+      retryBaseSeconds: 10,
+      retryMaxSeconds: 900,
+      fenceSweepAfterSeconds: 600,
+      fenceSweepIntervalSeconds: 60,
+      sqsEndpoint: undefined,
+    });
+  });
+
+  it('treats an empty value as unset (the default applies), and tolerates surrounding blanks', () => {
+    expect(loadConfig({ SANDBOX_PROVIDER_RELEASE_LOCK_TIMEOUT_SECONDS: '' }).releaseLockTimeoutSeconds).toBe(
+      30,
+    );
+    expect(
+      loadConfig({ SANDBOX_PROVIDER_RELEASE_LOCK_TIMEOUT_SECONDS: ' 7 ' }).releaseLockTimeoutSeconds,
+    ).toBe(7);
+  });
+
+  it('reads valid values', () => {
+    const config = loadConfig({
+      DATABASE_URL: 'postgres://app@db.internal:5432/app',
+      SANDBOX_PROVISIONER_URL: 'http://provisioner.internal:8080',
+      SANDBOX_PROVIDER_RELEASE_LOCK_TIMEOUT_SECONDS: '5',
+      SANDBOX_PROVISIONER_DELETE_TIMEOUT_SECONDS: '20',
+      SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS: '26',
+      CLEANUP_RETRY_BASE_SECONDS: '3',
+      CLEANUP_RETRY_MAX_SECONDS: '3',
+      AWS_ENDPOINT_URL_SQS: 'http://127.0.0.1:4566',
+    });
+    expect(config).toMatchObject({
+      databaseUrl: 'postgres://app@db.internal:5432/app',
+      provisionerUrl: 'http://provisioner.internal:8080',
+      releaseLockTimeoutSeconds: 5,
+      provisionerDeleteTimeoutSeconds: 20,
+      runtimeCleanupTimeoutSeconds: 26,
+      retryBaseSeconds: 3,
+      retryMaxSeconds: 3,
+      sqsEndpoint: 'http://127.0.0.1:4566',
+    });
+  });
+});
+
+describe('rules: a bad value is refused with one line naming the variable, the value and the rule', () => {
+  const cases = POSITIVE_INTEGER_VARIABLES.flatMap((variable) =>
+    BAD_POSITIVE_INTEGERS.map((value) => ({ variable, value })),
+  );
+
+  it.each(cases)('refuses $variable=$value', ({ variable, value }) => {
+    const error = configErrorOf({ [variable]: value });
+
+    expect(error.code).toBe(ErrorCode.CONFIG_INVALID);
+    expect(error.retryable).toBe(false);
+    expect(error.variable).toBe(variable);
+    expect(error.message).not.toContain('\n');
+    expect(error.message).toContain(variable);
+    expect(error.message).toContain(JSON.stringify(value));
+    expect(error.message).toContain('must be a positive integer');
+  });
+
+  it('keeps the message on one line even when the value holds a newline', () => {
+    const error = configErrorOf({ FENCE_SWEEP_AFTER_SECONDS: '60\nINJECTED LOG LINE' });
+    expect(error.message.split('\n')).toHaveLength(1);
+  });
+
+  it('refuses a cleanup timeout equal to lock wait + delete timeout, naming the sum', () => {
+    const error = configErrorOf({
+      SANDBOX_PROVIDER_RELEASE_LOCK_TIMEOUT_SECONDS: '30',
+      SANDBOX_PROVISIONER_DELETE_TIMEOUT_SECONDS: '120',
+      SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS: '150',
+    });
+    expect(error.variable).toBe('SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS');
+    expect(error.message).toContain('"150"');
+    expect(error.message).toContain('30 + 120 = 150');
+    expect(error.message).not.toContain('\n');
+  });
+
+  it('refuses a longer delete timeout that the default cleanup timeout no longer covers', () => {
+    const error = configErrorOf({ SANDBOX_PROVISIONER_DELETE_TIMEOUT_SECONDS: '200' });
+    expect(error.variable).toBe('SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS');
+    expect(error.message).toContain('"155"');
+    expect(error.message).toContain('30 + 200 = 230');
+  });
+
+  it('accepts a cleanup timeout one second above lock wait + delete timeout', () => {
+    expect(
+      loadConfig({
+        SANDBOX_PROVIDER_RELEASE_LOCK_TIMEOUT_SECONDS: '30',
+        SANDBOX_PROVISIONER_DELETE_TIMEOUT_SECONDS: '120',
+        SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS: '151',
+      }).runtimeCleanupTimeoutSeconds,
+    ).toBe(151);
+  });
+
+  it('refuses a retry cap below the retry base, naming the base', () => {
+    const error = configErrorOf({ CLEANUP_RETRY_BASE_SECONDS: '20', CLEANUP_RETRY_MAX_SECONDS: '19' });
+    expect(error.variable).toBe('CLEANUP_RETRY_MAX_SECONDS');
+    expect(error.message).toContain('"19"');
+    expect(error.message).toContain('CLEANUP_RETRY_BASE_SECONDS (20)');
+  });
+
+  it('refuses a retry base above the default cap', () => {
+    const error = configErrorOf({ CLEANUP_RETRY_BASE_SECONDS: '901' });
+    expect(error.variable).toBe('CLEANUP_RETRY_MAX_SECONDS');
+    expect(error.message).toContain('(901)');
+  });
+
+  it.each(['DATABASE_URL', 'SANDBOX_PROVISIONER_URL', 'AWS_ENDPOINT_URL_SQS'])(
+    'refuses a %s that is not a URL',
+    (variable) => {
+      const error = configErrorOf({ [variable]: 'not a url' });
+      expect(error.variable).toBe(variable);
+      expect(error.message).toContain('must be an absolute URL');
+    },
+  );
+
+  it('requires DATABASE_URL and SANDBOX_PROVISIONER_URL in deployment', () => {
+    expect(() => requireDeploymentValues(loadConfig({ SANDBOX_PROVISIONER_URL: 'http://p' }))).toThrow(
+      /DATABASE_URL/,
+    );
+    expect(() => requireDeploymentValues(loadConfig({ DATABASE_URL: 'postgres://db/app' }))).toThrow(
+      /SANDBOX_PROVISIONER_URL/,
+    );
+  });
+});
+
+describe('secrets', () => {
+  it.each([
+    ['a bad port', 'postgres://admin:s3cr3t-pw@db.example:99999/app'],
+    ['an @ inside the password', 'postgres://admin:s3cr3t@pw@db.example:99999/app'],
+    ['a space in the host', 'postgres://admin:s3cr3t-pw@db example/app'],
+    ['a space and an @ in the password', 'postgres://admin:s3cr3t pw@x@db.example:99999/app'],
+    ['an unterminated IPv6 host', 'postgres://admin:s3cr3t-pw@[::1/app'],
+  ])('never prints the DATABASE_URL password in a ConfigError (URL with %s)', (_name, url) => {
+    const error = configErrorOf({ DATABASE_URL: url });
+
+    for (const text of [error.message, error.value, JSON.stringify(error.details), String(error)]) {
+      expect(text).not.toContain('s3cr3t');
+      expect(text).not.toContain('pw@');
+    }
+    expect(error.message).toContain('DATABASE_URL');
+    expect(error.message).toContain('admin');
+  });
+});

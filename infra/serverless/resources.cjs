@@ -1,0 +1,129 @@
+'use strict';
+
+const { alarmResources } = require('./alarms.cjs');
+const { dashboardResources } = require('./dashboard.cjs');
+const { functionRoles } = require('./iam.cjs');
+const { queueLogicalId } = require('./names.cjs');
+const {
+  assertTimeoutLadder,
+  effectiveConfiguration,
+  loadProjectFacts,
+  projectFacts,
+} = require('./project.cjs');
+const { queueResources } = require('./queues.cjs');
+
+/**
+ * What serverless.yml reads through `${file(./infra/serverless/resources.cjs):…}`: the functions'
+ * environment and event sources and the CloudFormation resources, all generated from
+ * `infra/queues.json`, metric-names.ts and config.ts so that no number or name is written twice.
+ *
+ * Each export is a function osls calls with `resolveVariable`; none of them touches the network
+ * or needs AWS credentials, so `npm run package` works on a fresh clone.
+ */
+
+/** The sweeper runs on a schedule instead of consuming a queue. */
+const SWEEPER = 'sweeper';
+
+async function deploymentContext(resolveVariable) {
+  await loadProjectFacts();
+  const stage = await resolveVariable('sls:stage');
+  const service = await resolveVariable('self:service');
+  const prefix = await resolveVariable('self:custom.queueNamePrefix');
+  const config = effectiveConfiguration(process.env);
+  assertTimeoutLadder(config);
+  return { stage, service, prefix, config };
+}
+
+/**
+ * EventBridge rates are whole minutes (at least one); an interval that is not a multiple of 60 s
+ * is rounded up, so the sweeper never runs more often than FENCE_SWEEP_INTERVAL_SECONDS asks.
+ */
+function sweepRate(intervalSeconds) {
+  const minutes = Math.max(1, Math.ceil(intervalSeconds / 60));
+  return minutes === 1 ? 'rate(1 minute)' : `rate(${minutes} minutes)`;
+}
+
+module.exports = {
+  /**
+   * Every configuration variable of contract.md section 4, plus the deployment's own.
+   *
+   * DATABASE_URL and SANDBOX_PROVISIONER_URL are CloudFormation dynamic references to SSM
+   * parameters (names in `custom.ssmParameters`): CloudFormation resolves them at deploy time, so
+   * packaging needs no AWS access and the secret never lands in the template file or in git.
+   * osls's own `${ssm:…}` would need credentials at package time, and a `${env:…}` would write the
+   * secret into `.serverless/`. The parameters must be of type String: CloudFormation refuses
+   * `ssm-secure` references in Lambda environment variables. The value is visible to whoever may
+   * read the function's configuration; grant lambda:GetFunctionConfiguration accordingly.
+   *
+   * AWS_ENDPOINT_URL_SQS stays unset: unset means real SQS (contract).
+   */
+  environment: async ({ resolveVariable }) => {
+    const { stage, prefix, config } = await deploymentContext(resolveVariable);
+    const { SERVICE_NAME, METRICS_NAMESPACE } = projectFacts();
+    const databaseUrlParameter = await resolveVariable('self:custom.ssmParameters.databaseUrl');
+    const provisionerUrlParameter = await resolveVariable('self:custom.ssmParameters.provisionerUrl');
+    return {
+      STAGE: stage,
+      LOG_LEVEL: await resolveVariable('self:custom.logLevel'),
+      POWERTOOLS_SERVICE_NAME: SERVICE_NAME,
+      POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,
+      QUEUE_NAME_PREFIX: prefix,
+      DATABASE_URL: `{{resolve:ssm:${databaseUrlParameter}}}`,
+      SANDBOX_PROVISIONER_URL: `{{resolve:ssm:${provisionerUrlParameter}}}`,
+      // The effective values, defaults included, so the console shows what the functions run with.
+      ...Object.fromEntries(Object.entries(config).map(([name, value]) => [name, String(value)])),
+    };
+  },
+
+  /** Each function's event sources: its queue from queues.json, or the sweeper's schedule. */
+  events: async ({ resolveVariable }) => {
+    const { config } = await deploymentContext(resolveVariable);
+    const { QUEUE_DEFINITIONS, FUNCTION_DEFINITIONS } = projectFacts();
+    const events = Object.fromEntries(Object.keys(FUNCTION_DEFINITIONS).map((key) => [key, []]));
+    for (const [name, queue] of Object.entries(QUEUE_DEFINITIONS)) {
+      if (!queue.consumer) continue;
+      const settings = FUNCTION_DEFINITIONS[queue.consumer];
+      events[queue.consumer].push({
+        sqs: {
+          arn: { 'Fn::GetAtt': [queueLogicalId(name), 'Arn'] },
+          batchSize: settings.batchSize,
+          // Lambda rejects a batching window on FIFO sources (assertTimeoutLadder keeps it 0 there).
+          ...(queue.fifo ? {} : { maximumBatchingWindow: settings.maximumBatchingWindowInSeconds }),
+          // Without it one failed record fails (and redelivers) the whole batch.
+          functionResponseType: 'ReportBatchItemFailures',
+          ...(settings.maximumConcurrency ? { maximumConcurrency: settings.maximumConcurrency } : {}),
+        },
+      });
+    }
+    events[SWEEPER].push({
+      schedule: {
+        rate: [sweepRate(config.FENCE_SWEEP_INTERVAL_SECONDS)],
+        description:
+          'Re-announces fences pending longer than FENCE_SWEEP_AFTER_SECONDS; reports the fence backlog',
+      },
+    });
+    for (const [key, list] of Object.entries(events)) {
+      if (!list.length)
+        throw new Error(`infra/serverless/resources.cjs: function "${key}" has no event source`);
+    }
+    return events;
+  },
+
+  /** The queues, roles, alarms and dashboard, with outputs for producers and operators. */
+  resources: async ({ resolveVariable }) => {
+    const { stage, service, prefix, config } = await deploymentContext(resolveVariable);
+    const queues = queueResources({ prefix });
+    const alarms = alarmResources({ stage, service, config });
+    const dashboard = dashboardResources({ stage, service, alarmLogicalIds: alarms.alarmLogicalIds });
+    return {
+      Resources: { ...queues.resources, ...functionRoles(), ...alarms.resources, ...dashboard },
+      Outputs: {
+        ...queues.outputs,
+        ...alarms.outputs,
+        DashboardName: { Description: 'The CloudWatch dashboard of this stage', Value: { Ref: 'Dashboard' } },
+      },
+    };
+  },
+
+  sweepRate,
+};

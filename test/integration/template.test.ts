@@ -1,0 +1,758 @@
+import { spawn } from 'node:child_process';
+import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import { isBuiltin } from 'node:module';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CONFIG_DEFAULTS } from '../../functions/platform/config.ts';
+import { METRICS_NAMESPACE, MetricName } from '../../functions/platform/metric-names.ts';
+import {
+  deadLetterQueueName,
+  FUNCTION_DEFINITIONS,
+  QUEUE_DEFINITIONS,
+} from '../../functions/platform/queues.ts';
+import { PUBLISH_MARGIN_MS } from '../../functions/release/handler.ts';
+import { createTestDatabase, type TestDatabase } from '../support/database.ts';
+import {
+  type CfnResource,
+  type CfnTemplate,
+  PROJECT_ROOT,
+  packageService,
+  readZip,
+  referencedLogicalId,
+  referencedLogicalIds,
+  resourcesOfType,
+  runPackage,
+  substituteForInspection,
+} from '../support/packaged-template.ts';
+
+/**
+ * The deployable artifact, as CloudFormation and Lambda receive it: `npm run package` runs once,
+ * offline and without any AWS configuration, and every claim below reads the generated template
+ * or the zips. The expected names come from the contract, not from the generator.
+ */
+const STAGE = 'ci';
+const PREFIX = `${STAGE}-`;
+
+/** contract.md, section 2: base names, FIFO-ness, and the DLQ of each consumed queue. */
+const CONTRACT_QUEUES = {
+  'run-finished': { fifo: false, dlq: 'run-finished-dlq' },
+  'runtime-release.fifo': { fifo: true, dlq: 'runtime-release-dlq.fifo' },
+  'runtime-finalize': { fifo: false, dlq: 'runtime-finalize-dlq' },
+  'runtime-cleaned': { fifo: false, dlq: null },
+} as const;
+
+/** Who consumes what and may send where: the protocol's arrows, DLQ moves included. */
+const EXPECTED_GRANTS = {
+  fenceCheck: {
+    consumes: ['run-finished'],
+    sendsTo: ['run-finished', 'run-finished-dlq', 'runtime-finalize', 'runtime-release.fifo'],
+  },
+  release: { consumes: ['runtime-release.fifo'], sendsTo: ['runtime-finalize', 'runtime-release-dlq.fifo'] },
+  finalize: {
+    consumes: ['runtime-finalize'],
+    sendsTo: ['run-finished', 'runtime-cleaned', 'runtime-finalize', 'runtime-finalize-dlq'],
+  },
+  sweeper: { consumes: [], sendsTo: ['run-finished'] },
+} as const;
+type FunctionKey = keyof typeof EXPECTED_GRANTS;
+const FUNCTION_KEYS = Object.keys(EXPECTED_GRANTS) as FunctionKey[];
+
+/** contract.md, section 4. AWS_ENDPOINT_URL_SQS is deliberately left unset (unset = real SQS). */
+const CONTRACT_VARIABLES = [
+  'DATABASE_URL',
+  'SANDBOX_PROVISIONER_URL',
+  'SANDBOX_PROVIDER_RELEASE_LOCK_TIMEOUT_SECONDS',
+  'SANDBOX_PROVISIONER_DELETE_TIMEOUT_SECONDS',
+  'SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS',
+  'CLEANUP_RETRY_BASE_SECONDS',
+  'CLEANUP_RETRY_MAX_SECONDS',
+  'FENCE_SWEEP_AFTER_SECONDS',
+  'FENCE_SWEEP_INTERVAL_SECONDS',
+];
+
+/**
+ * Optional dependencies that ws require()s inside try/catch, falling back to plain JavaScript
+ * when they are absent (as they are here and in Lambda).
+ */
+const OPTIONAL_REQUIRES = new Set(['bufferutil', 'utf-8-validate']);
+
+const HANDLER_PATHS: Record<FunctionKey, string> = {
+  fenceCheck: 'functions/fence-check/handler.mjs',
+  release: 'functions/release/handler.mjs',
+  finalize: 'functions/finalize/handler.mjs',
+  sweeper: 'functions/sweeper/handler.mjs',
+};
+
+let workDir: string;
+let template: CfnTemplate;
+let artifacts: Map<string, string>;
+let packageOutput: string;
+/** Function key → the directory its zip was unpacked into, laid out like Lambda's /var/task. */
+const taskDirs = new Map<FunctionKey, string>();
+
+beforeAll(async () => {
+  workDir = await mkdtemp(join(tmpdir(), 'runtime-cleanup-package-'));
+  const home = join(workDir, 'home');
+  await mkdir(home);
+  const packaged = await packageService({ stage: STAGE, outputDir: join(workDir, 'package'), home });
+  template = packaged.template;
+  artifacts = packaged.artifacts;
+  packageOutput = packaged.output;
+  for (const key of FUNCTION_KEYS) {
+    const task = join(workDir, 'task', key);
+    for (const [name, data] of await readZip(artifacts.get(key)!)) {
+      await mkdir(dirname(join(task, name)), { recursive: true });
+      await writeFile(join(task, name), data);
+    }
+    // The nodejs22.x runtime provides AWS SDK v3 (and resolves it for ES modules); nothing else.
+    await mkdir(join(task, 'node_modules'), { recursive: true });
+    await symlink(join(PROJECT_ROOT, 'node_modules', '@aws-sdk'), join(task, 'node_modules', '@aws-sdk'));
+    taskDirs.set(key, task);
+  }
+});
+
+afterAll(async () => {
+  if (workDir) await rm(workDir, { recursive: true, force: true });
+});
+
+// ---------------------------------------------------------------------------------------------
+// Reading the template
+
+function resource(logicalId: string): CfnResource {
+  const found = template.Resources[logicalId];
+  if (!found) throw new Error(`no resource ${logicalId} in the template`);
+  return found;
+}
+
+function props(logicalId: string): Record<string, unknown> {
+  return resource(logicalId).Properties ?? {};
+}
+
+/** The Lambda function resource of a function key (osls names it `<Key>LambdaFunction`). */
+function lambdaFunction(key: FunctionKey): { id: string; properties: Record<string, unknown> } {
+  const name = `runtime-cleanup-${STAGE}-${key}`;
+  const found = resourcesOfType(template, 'AWS::Lambda::Function').find(
+    ([, candidate]) => candidate.Properties?.FunctionName === name,
+  );
+  if (!found) throw new Error(`no Lambda function named ${name}`);
+  return { id: found[0], properties: found[1].Properties ?? {} };
+}
+
+function functionKeyOf(logicalId: string): FunctionKey {
+  const key = FUNCTION_KEYS.find((candidate) => lambdaFunction(candidate).id === logicalId);
+  if (!key) throw new Error(`${logicalId} is not one of the four functions`);
+  return key;
+}
+
+/** A queue resource's contract base name: its physical name without the stage prefix. */
+function queueBaseName(logicalId: string): string {
+  const name = String(props(logicalId).QueueName);
+  expect(name.startsWith(PREFIX), `${name} carries the stage prefix`).toBe(true);
+  return name.slice(PREFIX.length);
+}
+
+function queueLogicalIdByBaseName(baseName: string): string {
+  const found = resourcesOfType(template, 'AWS::SQS::Queue').find(
+    ([, queue]) => queue.Properties?.QueueName === `${PREFIX}${baseName}`,
+  );
+  if (!found) throw new Error(`no queue named ${PREFIX}${baseName}`);
+  return found[0];
+}
+
+interface Mapping {
+  functionKey: FunctionKey;
+  queue: string;
+  properties: Record<string, unknown>;
+}
+
+function eventSourceMappings(): Mapping[] {
+  return resourcesOfType(template, 'AWS::Lambda::EventSourceMapping').map(([, mapping]) => {
+    const properties = mapping.Properties ?? {};
+    return {
+      functionKey: functionKeyOf(referencedLogicalId(properties.FunctionName)!),
+      queue: queueBaseName(referencedLogicalId(properties.EventSourceArn)!),
+      properties,
+    };
+  });
+}
+
+interface Statement {
+  Effect: string;
+  Action: string | string[];
+  Resource: unknown;
+}
+
+function roleStatements(roleLogicalId: string): Statement[] {
+  const policies = (props(roleLogicalId).Policies ?? []) as Array<{
+    PolicyDocument: { Statement: Statement[] };
+  }>;
+  return policies.flatMap((policy) => policy.PolicyDocument.Statement);
+}
+
+const asList = <T>(value: T | T[]): T[] => (Array.isArray(value) ? value : [value]);
+
+/** Queue base names a function's role allows `action` on. */
+function queuesAllowed(key: FunctionKey, action: string): string[] {
+  const roleId = referencedLogicalId(lambdaFunction(key).properties.Role)!;
+  const queues = roleStatements(roleId)
+    .filter((statement) => statement.Effect === 'Allow' && asList(statement.Action).includes(action))
+    .flatMap((statement) => asList(statement.Resource))
+    .map((arn) => queueBaseName(referencedLogicalId(arn)!));
+  return [...new Set(queues)].sort();
+}
+
+function environmentOf(key: FunctionKey): Record<string, string> {
+  return ((lambdaFunction(key).properties.Environment as { Variables?: Record<string, string> })?.Variables ??
+    {}) as Record<string, string>;
+}
+
+function alarms(): Array<[string, Record<string, unknown>]> {
+  return resourcesOfType(template, 'AWS::CloudWatch::Alarm').map(([id, alarm]) => [
+    id,
+    alarm.Properties ?? {},
+  ]);
+}
+
+function alarmOnQueue(metric: string, queueBase: string): Record<string, unknown> | undefined {
+  return alarms().find(([, alarm]) => {
+    const dimension = (alarm.Dimensions as Array<{ Name: string; Value: unknown }> | undefined)?.[0];
+    return (
+      alarm.Namespace === 'AWS/SQS' &&
+      alarm.MetricName === metric &&
+      dimension?.Name === 'QueueName' &&
+      queueBaseName(referencedLogicalId(dimension.Value)!) === queueBase
+    );
+  })?.[1];
+}
+
+/** Custom metric names an alarm watches: a metric, or the metric inside a Metrics Insights query. */
+function customMetricsOfAlarm(alarm: Record<string, unknown>): string[] {
+  if (alarm.Namespace === METRICS_NAMESPACE) return [String(alarm.MetricName)];
+  const names: string[] = [];
+  for (const query of (alarm.Metrics ?? []) as Array<{ Expression?: string }>) {
+    const match = query.Expression?.match(/^SELECT \w+\((\w+)\) FROM "?([\w/]+)"?/);
+    if (match && match[2] === METRICS_NAMESPACE) names.push(match[1]!);
+  }
+  return names;
+}
+
+interface DashboardWidget {
+  type: string;
+  properties: { title?: string; metrics?: unknown[][]; alarms?: string[] };
+}
+
+function dashboardWidgets(): DashboardWidget[] {
+  const [[, dashboard] = []] = resourcesOfType(template, 'AWS::CloudWatch::Dashboard');
+  if (!dashboard) throw new Error('no dashboard');
+  return (
+    JSON.parse(substituteForInspection(dashboard.Properties?.DashboardBody)) as { widgets: DashboardWidget[] }
+  ).widgets;
+}
+
+/** Each custom metric graphed on the dashboard, with the dimension schema of its SEARCH. */
+function dashboardCustomMetrics(): Array<{ metric: string; schema: string[] }> {
+  const found: Array<{ metric: string; schema: string[] }> = [];
+  for (const widget of dashboardWidgets()) {
+    for (const line of widget.properties.metrics ?? []) {
+      const [first, second] = line;
+      if (first === METRICS_NAMESPACE) found.push({ metric: String(second), schema: [] });
+      const expression = (first as { expression?: string } | undefined)?.expression;
+      const match = expression?.match(/SEARCH\('\{([^}]+)\} MetricName="(\w+)"/);
+      if (match) {
+        const [namespace, ...schema] = match[1]!.split(',');
+        if (namespace === METRICS_NAMESPACE) found.push({ metric: match[2]!, schema });
+      }
+    }
+  }
+  return found;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+describe('npm run package', () => {
+  it('packages offline with no AWS configuration and reports the stage it packaged', () => {
+    expect(packageOutput).toContain(`Packaging runtime-cleanup for stage ${STAGE}`);
+    expect(packageOutput).toMatch(/Service packaged/);
+    expect([...artifacts.keys()].sort()).toEqual([...FUNCTION_KEYS].sort());
+  });
+
+  it('zips only each function’s bundle: no node_modules, no .data, no sources', async () => {
+    for (const key of FUNCTION_KEYS) {
+      const entries = [...(await readZip(artifacts.get(key)!)).keys()];
+      expect(entries, key).toEqual([HANDLER_PATHS[key]]);
+    }
+  });
+
+  it('refuses to package a release timeout that does not outlive SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS', async () => {
+    const run = await runPackage(['--stage', STAGE, '--package', join(workDir, 'refused')], {
+      home: join(workDir, 'home'),
+      env: { SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS: String(FUNCTION_DEFINITIONS.release.timeoutSeconds) },
+    });
+    expect(run.code).not.toBe(0);
+    expect(run.output).toContain(
+      `functions.release.timeoutSeconds (${FUNCTION_DEFINITIONS.release.timeoutSeconds}) must be at least SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS`,
+    );
+  });
+
+  it('refuses a configuration value the functions would refuse at cold start, naming it', async () => {
+    const run = await runPackage(['--stage', STAGE, '--package', join(workDir, 'refused-config')], {
+      home: join(workDir, 'home'),
+      env: { CLEANUP_RETRY_BASE_SECONDS: 'ten' },
+    });
+    expect(run.code).not.toBe(0);
+    expect(run.output).toContain('CLEANUP_RETRY_BASE_SECONDS="ten" is invalid: must be a positive integer');
+  });
+});
+
+describe('functions', () => {
+  it('run on nodejs22.x with the timeouts of infra/queues.json', () => {
+    for (const key of FUNCTION_KEYS) {
+      const { properties } = lambdaFunction(key);
+      expect(properties.Runtime, key).toBe('nodejs22.x');
+      expect(properties.Timeout, key).toBe(FUNCTION_DEFINITIONS[key].timeoutSeconds);
+      expect(properties.Handler, key).toBe(HANDLER_PATHS[key].replace(/\.mjs$/, '.handler'));
+    }
+  });
+
+  it('carry every contract variable, with the URLs resolved from SSM at deploy time', () => {
+    for (const key of FUNCTION_KEYS) {
+      const env = environmentOf(key);
+      for (const name of CONTRACT_VARIABLES) expect(env[name], `${key} ${name}`).toBeTruthy();
+      expect(env.DATABASE_URL).toMatch(/^\{\{resolve:ssm:\/runtime-cleanup\/ci\/[\w-]+\}\}$/);
+      expect(env.SANDBOX_PROVISIONER_URL).toMatch(/^\{\{resolve:ssm:\/runtime-cleanup\/ci\/[\w-]+\}\}$/);
+      expect(env).not.toHaveProperty('AWS_ENDPOINT_URL_SQS');
+      expect(env).toMatchObject({
+        STAGE,
+        QUEUE_NAME_PREFIX: PREFIX,
+        POWERTOOLS_SERVICE_NAME: 'runtime-cleanup',
+        POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,
+        LOG_LEVEL: 'INFO',
+      });
+      for (const [name, value] of Object.entries(CONFIG_DEFAULTS))
+        expect(env[name], name).toBe(String(value));
+    }
+  });
+});
+
+describe('timeout ladder', () => {
+  it('gives release more time than SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS plus its publish margin', () => {
+    const cleanupTimeout = Number(environmentOf('release').SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS);
+    expect(cleanupTimeout).toBe(155);
+    expect(lambdaFunction('release').properties.Timeout).toBeGreaterThanOrEqual(
+      cleanupTimeout + PUBLISH_MARGIN_MS / 1000,
+    );
+  });
+
+  it('keeps each consumed queue invisible for at least 6 times its consumer’s timeout', () => {
+    const mappings = eventSourceMappings();
+    expect(mappings).toHaveLength(3);
+    for (const { functionKey, queue } of mappings) {
+      const visibility = Number(props(queueLogicalIdByBaseName(queue)).VisibilityTimeout);
+      const timeout = Number(lambdaFunction(functionKey).properties.Timeout);
+      expect(visibility, queue).toBeGreaterThanOrEqual(6 * timeout);
+    }
+  });
+
+  it('dead-letters only after at least 5 receives', () => {
+    for (const [base, { dlq }] of Object.entries(CONTRACT_QUEUES)) {
+      if (!dlq) continue;
+      const redrive = props(queueLogicalIdByBaseName(base)).RedrivePolicy as { maxReceiveCount: number };
+      expect(redrive.maxReceiveCount, base).toBeGreaterThanOrEqual(5);
+      expect(redrive.maxReceiveCount, base).toBe(
+        QUEUE_DEFINITIONS[base as keyof typeof QUEUE_DEFINITIONS].maxReceiveCount,
+      );
+    }
+  });
+});
+
+describe('event sources', () => {
+  it('connect each function to its contract queue and report batch item failures', () => {
+    const mappings = eventSourceMappings().map(({ functionKey, queue, properties }) => ({
+      functionKey,
+      queue,
+      responseTypes: properties.FunctionResponseTypes,
+    }));
+    expect(mappings.sort((a, b) => a.queue.localeCompare(b.queue))).toEqual([
+      { functionKey: 'fenceCheck', queue: 'run-finished', responseTypes: ['ReportBatchItemFailures'] },
+      { functionKey: 'finalize', queue: 'runtime-finalize', responseTypes: ['ReportBatchItemFailures'] },
+      { functionKey: 'release', queue: 'runtime-release.fifo', responseTypes: ['ReportBatchItemFailures'] },
+    ]);
+  });
+
+  it('take batch size, batching window and maximum concurrency from infra/queues.json', () => {
+    for (const { functionKey, queue, properties } of eventSourceMappings()) {
+      const settings: {
+        timeoutSeconds: number;
+        batchSize?: number;
+        maximumBatchingWindowInSeconds?: number;
+        maximumConcurrency?: number;
+      } = FUNCTION_DEFINITIONS[functionKey];
+      expect(properties.BatchSize, functionKey).toBe(settings.batchSize);
+      if (CONTRACT_QUEUES[queue as keyof typeof CONTRACT_QUEUES].fifo) {
+        // Lambda rejects a batching window on a FIFO source.
+        expect(properties.MaximumBatchingWindowInSeconds ?? 0, functionKey).toBe(0);
+      } else {
+        expect(properties.MaximumBatchingWindowInSeconds, functionKey).toBe(
+          settings.maximumBatchingWindowInSeconds,
+        );
+      }
+      const scaling = properties.ScalingConfig as { MaximumConcurrency?: number } | undefined;
+      expect(scaling?.MaximumConcurrency, functionKey).toBe(settings.maximumConcurrency);
+    }
+    expect(FUNCTION_DEFINITIONS.release.maximumConcurrency).toBeGreaterThan(0);
+  });
+
+  it('runs the sweeper on the FENCE_SWEEP_INTERVAL_SECONDS schedule', () => {
+    const rules = resourcesOfType(template, 'AWS::Events::Rule');
+    expect(rules).toHaveLength(1);
+    const rule = rules[0]![1].Properties!;
+    expect(rule.ScheduleExpression).toBe('rate(1 minute)');
+    const targets = rule.Targets as Array<{ Arn: unknown }>;
+    expect(targets.map((target) => functionKeyOf(referencedLogicalId(target.Arn)!))).toEqual(['sweeper']);
+  });
+});
+
+describe('queues', () => {
+  it('are exactly the contract’s queues and dead-letter queues, with the stage prefix', () => {
+    const names = resourcesOfType(template, 'AWS::SQS::Queue').map(([, queue]) =>
+      String(queue.Properties?.QueueName),
+    );
+    const expected = Object.entries(CONTRACT_QUEUES).flatMap(([base, { dlq }]) =>
+      dlq ? [base, dlq] : [base],
+    );
+    expect(names.sort()).toEqual(expected.map((name) => `${PREFIX}${name}`).sort());
+    for (const [base, { dlq }] of Object.entries(CONTRACT_QUEUES)) {
+      if (dlq) expect(deadLetterQueueName(base)).toBe(dlq);
+    }
+  });
+
+  it('are FIFO exactly where the contract says, with sender-chosen deduplication', () => {
+    for (const [base, { fifo, dlq }] of Object.entries(CONTRACT_QUEUES)) {
+      for (const name of dlq ? [base, dlq] : [base]) {
+        const queue = props(queueLogicalIdByBaseName(name));
+        expect(queue.FifoQueue ?? false, name).toBe(fifo);
+        if (fifo) expect(queue.ContentBasedDeduplication, name).toBe(false);
+      }
+    }
+  });
+
+  it('redrive each consumed queue into its own contract-named DLQ, and take attributes from queues.json', () => {
+    for (const [base, { dlq }] of Object.entries(CONTRACT_QUEUES)) {
+      const queue = props(queueLogicalIdByBaseName(base));
+      const definition = QUEUE_DEFINITIONS[base as keyof typeof QUEUE_DEFINITIONS];
+      expect(queue.VisibilityTimeout, base).toBe(definition.visibilityTimeoutSeconds);
+      expect(queue.MessageRetentionPeriod, base).toBe(definition.messageRetentionSeconds);
+      const redrive = queue.RedrivePolicy as { deadLetterTargetArn: unknown } | undefined;
+      if (!dlq) {
+        expect(redrive, base).toBeUndefined();
+        continue;
+      }
+      expect(queueBaseName(referencedLogicalId(redrive?.deadLetterTargetArn)!), base).toBe(dlq);
+    }
+  });
+});
+
+describe('least privilege', () => {
+  it('gives every function its own role and creates no shared service role', () => {
+    const roles = resourcesOfType(template, 'AWS::IAM::Role').map(([id]) => id);
+    const used = FUNCTION_KEYS.map((key) => referencedLogicalId(lambdaFunction(key).properties.Role));
+    expect(new Set(used).size).toBe(FUNCTION_KEYS.length);
+    expect(roles.sort()).toEqual([...used].sort());
+    expect(template.Resources).not.toHaveProperty('IamRoleLambdaExecution');
+  });
+
+  it('allows no wildcard action and no wildcard resource in any statement', () => {
+    for (const [roleId] of resourcesOfType(template, 'AWS::IAM::Role')) {
+      for (const statement of roleStatements(roleId)) {
+        for (const action of asList(statement.Action)) expect(action, roleId).not.toMatch(/\*/);
+        for (const target of asList(statement.Resource)) {
+          expect(typeof target, `${roleId}: resources are references, not strings`).toBe('object');
+          expect(JSON.stringify(target), roleId).not.toContain('*');
+        }
+      }
+    }
+  });
+
+  it('lets each function consume only its own queue and send only along the protocol’s arrows', () => {
+    for (const key of FUNCTION_KEYS) {
+      const expected = EXPECTED_GRANTS[key];
+      for (const action of ['sqs:ReceiveMessage', 'sqs:DeleteMessage', 'sqs:ChangeMessageVisibility']) {
+        expect(queuesAllowed(key, action), `${key} ${action}`).toEqual([...expected.consumes]);
+      }
+      expect(queuesAllowed(key, 'sqs:SendMessage'), key).toEqual([...expected.sendsTo]);
+      expect(queuesAllowed(key, 'sqs:GetQueueUrl'), key).toEqual(
+        [...new Set([...expected.consumes, ...expected.sendsTo])].sort(),
+      );
+    }
+  });
+
+  it('grants nothing beyond SQS and writing its own log group (metrics go out as EMF logs)', () => {
+    for (const key of FUNCTION_KEYS) {
+      const { id, properties } = lambdaFunction(key);
+      const statements = roleStatements(referencedLogicalId(properties.Role)!);
+      const actions = new Set(statements.flatMap((statement) => asList(statement.Action)));
+      expect([...actions].filter((action) => !action.startsWith('sqs:')).sort(), key).toEqual([
+        'logs:CreateLogStream',
+        'logs:PutLogEvents',
+      ]);
+      const logStatements = statements.filter((statement) =>
+        asList(statement.Action).includes('logs:PutLogEvents'),
+      );
+      const logGroups = logStatements.flatMap((statement) =>
+        asList(statement.Resource).map(referencedLogicalId),
+      );
+      const dependsOn = asList(resource(id).DependsOn ?? []);
+      expect(logGroups).toHaveLength(1);
+      expect(resource(logGroups[0]!).Type).toBe('AWS::Logs::LogGroup');
+      expect(dependsOn, key).toContain(logGroups[0]);
+    }
+  });
+});
+
+describe('alarms', () => {
+  it('page on any message in any dead-letter queue', () => {
+    for (const { dlq } of Object.values(CONTRACT_QUEUES)) {
+      if (!dlq) continue;
+      const alarm = alarmOnQueue('ApproximateNumberOfMessagesVisible', dlq);
+      expect(alarm, dlq).toMatchObject({ Threshold: 0, ComparisonOperator: 'GreaterThanThreshold' });
+    }
+  });
+
+  it('watch the oldest pending fence, the release failures and the age of the oldest release command', () => {
+    const watched = alarms().flatMap(([, alarm]) => customMetricsOfAlarm(alarm));
+    expect(watched).toContain(MetricName.OLDEST_FENCE_AGE);
+    expect(watched).toContain(MetricName.RELEASE_FAILED);
+    expect(alarmOnQueue('ApproximateAgeOfOldestMessage', 'runtime-release.fifo')).toBeDefined();
+  });
+
+  it('refer only to metric names of metric-names.ts', () => {
+    const known = new Set<string>(Object.values(MetricName));
+    for (const [id, alarm] of alarms()) {
+      for (const metric of customMetricsOfAlarm(alarm))
+        expect(known.has(metric), `${id}: ${metric}`).toBe(true);
+    }
+  });
+
+  it('say what they mean and what to do, and notify the alarm topic', () => {
+    const topics = resourcesOfType(template, 'AWS::SNS::Topic').map(([id]) => id);
+    expect(alarms().length).toBeGreaterThanOrEqual(6);
+    for (const [id, alarm] of alarms()) {
+      const description = String(alarm.AlarmDescription ?? '');
+      expect(description, id).toMatch(/^Means: \S.{20,} Do: \S.{20,}$/s);
+      expect(description.length, id).toBeLessThanOrEqual(1024);
+      const actions = (alarm.AlarmActions ?? []) as unknown[];
+      expect(actions.map(referencedLogicalId), id).toEqual(topics);
+    }
+  });
+});
+
+describe('dashboard', () => {
+  it('graphs every metric of metric-names.ts and no other custom metric', () => {
+    const graphed = new Set(dashboardCustomMetrics().map(({ metric }) => metric));
+    expect([...graphed].sort()).toEqual(Object.values(MetricName).sort());
+  });
+
+  it('shows the depth of every queue and dead-letter queue, and every alarm', () => {
+    const depth = dashboardWidgets()
+      .flatMap((widget) => widget.properties.metrics ?? [])
+      .filter((line) => line[0] === 'AWS/SQS' && line[1] === 'ApproximateNumberOfMessagesVisible')
+      .map((line) => queueBaseName(String(line[3]).replace(/^<(\w+)\.QueueName>$/, '$1')));
+    const expected = Object.entries(CONTRACT_QUEUES).flatMap(([base, { dlq }]) =>
+      dlq ? [base, dlq] : [base],
+    );
+    expect(depth.sort()).toEqual(expected.sort());
+    const alarmWidget = dashboardWidgets().find((widget) => widget.type === 'alarm');
+    expect(alarmWidget?.properties.alarms?.map((arn) => arn.replace(/^<(\w+)\.Arn>$/, '$1')).sort()).toEqual(
+      alarms()
+        .map(([id]) => id)
+        .sort(),
+    );
+  });
+});
+
+describe('template integrity', () => {
+  it('refers only to resources it defines (or to pseudo parameters)', () => {
+    const missing = [...referencedLogicalIds(template)].filter(
+      (id) => !id.startsWith('AWS::') && !(id in template.Resources),
+    );
+    expect(missing).toEqual([]);
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// The bundles, run under the Node 22 that runs these tests
+
+interface NodeRun {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+function runNode(script: string, options: { cwd: string; env: Record<string, string> }): Promise<NodeRun> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--input-type=module', '-e', script], {
+      cwd: options.cwd,
+      env: options.env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      stdout += chunk.toString();
+    });
+    child.stderr.on('data', (chunk: Buffer) => {
+      stderr += chunk.toString();
+    });
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+/** A deployed function's environment: the template's variables, SSM references replaced. */
+function lambdaEnvironment(key: FunctionKey, overrides: Record<string, string>): Record<string, string> {
+  return {
+    PATH: process.env.PATH ?? '',
+    AWS_REGION: 'us-east-1',
+    ...environmentOf(key),
+    DATABASE_URL: 'postgres://cleanup:secret@db.example.invalid:5432/cleanup',
+    SANDBOX_PROVISIONER_URL: 'http://provisioner.example.invalid',
+    ...overrides,
+  };
+}
+
+const IMPORT_PROBE = `
+import net from 'node:net';
+import { pathToFileURL } from 'node:url';
+const connections = [];
+const connect = net.Socket.prototype.connect;
+net.Socket.prototype.connect = function (...args) {
+  connections.push(JSON.stringify(args[0]));
+  return connect.apply(this, args);
+};
+const module = await import(pathToFileURL(process.env.BUNDLE).href);
+// Let anything the import scheduled (a connect in a promise, a timer of 0) start.
+await new Promise((resolve) => setImmediate(resolve));
+await new Promise((resolve) => setTimeout(resolve, 0));
+console.log(JSON.stringify({ exports: Object.keys(module), handler: typeof module.handler, connections }));
+`;
+
+describe('bundles', () => {
+  it('load under Node 22 with only the runtime’s AWS SDK, export handler, and connect nowhere on import', async () => {
+    const results = await Promise.all(
+      FUNCTION_KEYS.map(async (key) => {
+        const run = await runNode(IMPORT_PROBE, {
+          cwd: taskDirs.get(key)!,
+          env: lambdaEnvironment(key, { BUNDLE: join(taskDirs.get(key)!, HANDLER_PATHS[key]) }),
+        });
+        return { key, run };
+      }),
+    );
+    for (const { key, run } of results) {
+      expect(run.code, `${key}: ${run.stderr}`).toBe(0);
+      const report = JSON.parse(run.stdout.trim().split('\n').at(-1)!) as {
+        exports: string[];
+        handler: string;
+        connections: string[];
+      };
+      expect(report.handler, key).toBe('function');
+      expect(report.connections, key).toEqual([]);
+    }
+  });
+
+  it('leave nothing to load at run time but Node built-ins and the AWS SDK', async () => {
+    const { build } = await import('esbuild');
+    const allowed = (specifier: string) =>
+      isBuiltin(specifier) || specifier.startsWith('@aws-sdk/') || OPTIONAL_REQUIRES.has(specifier);
+    for (const key of FUNCTION_KEYS) {
+      const bundle = join(taskDirs.get(key)!, HANDLER_PATHS[key]);
+      // ES imports, read by esbuild's own parser from the artifact.
+      const analysis = await build({
+        entryPoints: [bundle],
+        bundle: true,
+        write: false,
+        metafile: true,
+        platform: 'node',
+        format: 'esm',
+        packages: 'external',
+        logLevel: 'silent',
+      });
+      const imports = Object.values(analysis.metafile.inputs).flatMap((input) =>
+        input.imports.map((record) => record.path),
+      );
+      // require() calls esbuild left in: CommonJS dependencies call its `__require` shim.
+      const code = await readFile(bundle, 'utf8');
+      const shim = code.match(
+        /([\w$]+)\s*=\s*(?:\/\*\s*@__PURE__\s*\*\/\s*)?\(\(?[\w$]+\)?\s*=>\s*typeof require\s*(?:<\s*"u"|!==\s*"undefined")\s*\?\s*require\s*:/,
+      )?.[1];
+      expect(shim, `${key}: esbuild's require shim`).toBeDefined();
+      const calls = [
+        ...code.matchAll(new RegExp(`(?<![\\w$.])${shim!.replaceAll('$', '\\$')}\\("([^"]+)"\\)`, 'g')),
+      ].map((match) => match[1]!);
+      expect(calls.length, key).toBeGreaterThan(0);
+      expect(
+        [...new Set([...imports, ...calls])].filter((specifier) => !allowed(specifier)),
+        key,
+      ).toEqual([]);
+    }
+  });
+});
+
+describe('the sweeper bundle against a real database', () => {
+  let t: TestDatabase;
+  beforeAll(async () => {
+    t = await createTestDatabase();
+  });
+  afterAll(async () => {
+    await t?.drop();
+  });
+
+  it('emits OldestFenceAge with exactly the dimensions its alarm and its dashboard graph name', async () => {
+    const script = `
+      import { pathToFileURL } from 'node:url';
+      const { handler } = await import(pathToFileURL(process.env.BUNDLE).href);
+      const context = {
+        functionName: 'runtime-cleanup-ci-sweeper', functionVersion: '$LATEST', memoryLimitInMB: '256',
+        invokedFunctionArn: 'arn:aws:lambda:us-east-1:000000000000:function:runtime-cleanup-ci-sweeper',
+        awsRequestId: 'template-test', logGroupName: '/aws/lambda/runtime-cleanup-ci-sweeper',
+        logStreamName: 'template-test', callbackWaitsForEmptyEventLoop: true,
+        getRemainingTimeInMillis: () => 60000, done() {}, fail() {}, succeed() {},
+      };
+      const result = await handler({}, context);
+      process.stdout.write(JSON.stringify({ sweepResult: result }) + '\\n', () => process.exit(0));
+    `;
+    const run = await runNode(script, {
+      cwd: taskDirs.get('sweeper')!,
+      env: lambdaEnvironment('sweeper', {
+        BUNDLE: join(taskDirs.get('sweeper')!, HANDLER_PATHS.sweeper),
+        DATABASE_URL: t.url,
+        DATABASE_WS_PROXY: t.wsProxy,
+      }),
+    });
+    expect(run.code, run.stderr + run.stdout).toBe(0);
+    const documents = run.stdout
+      .split('\n')
+      .filter((line) => line.startsWith('{'))
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
+    expect(documents.at(-1)).toMatchObject({ sweepResult: { pendingFences: 0 } });
+    const emf = documents.find((document) => MetricName.OLDEST_FENCE_AGE in document) as
+      | ({ _aws: { CloudWatchMetrics: Array<{ Namespace: string; Dimensions: string[][] }> } } & Record<
+          string,
+          unknown
+        >)
+      | undefined;
+    expect(emf, run.stdout).toBeDefined();
+    const [directive] = emf!._aws.CloudWatchMetrics;
+    expect(directive!.Namespace).toBe(METRICS_NAMESPACE);
+    const emitted = Object.fromEntries(directive!.Dimensions[0]!.map((name) => [name, emf![name]]));
+
+    const alarm = alarms().find(([, candidate]) => candidate.MetricName === MetricName.OLDEST_FENCE_AGE)?.[1];
+    const dimensions = (alarm?.Dimensions ?? []) as Array<{ Name: string; Value: string }>;
+    const watched = Object.fromEntries(dimensions.map(({ Name, Value }) => [Name, Value]));
+    expect(watched).toEqual(emitted);
+    expect(emitted).toMatchObject({ stage: STAGE, function: 'sweeper' });
+
+    const graphed = dashboardCustomMetrics().find(({ metric }) => metric === MetricName.OLDEST_FENCE_AGE);
+    expect(graphed?.schema.sort()).toEqual(Object.keys(emitted).sort());
+  });
+});

@@ -1,0 +1,158 @@
+import { spawn } from 'node:child_process';
+import { readdir, readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { inflateRawSync } from 'node:zlib';
+
+/**
+ * Runs the real `npm run package` (osls + serverless-esbuild) and reads what it wrote: the
+ * CloudFormation template and the function zips. Tests assert on the generated artifact, not on
+ * serverless.yml, because the artifact is what CloudFormation and Lambda receive.
+ */
+
+export const PROJECT_ROOT = new URL('../..', import.meta.url).pathname;
+
+export interface CfnResource {
+  Type: string;
+  Properties?: Record<string, unknown>;
+  DependsOn?: string | string[];
+}
+
+export interface CfnTemplate {
+  Resources: Record<string, CfnResource>;
+  Outputs?: Record<string, { Value: unknown; Description?: string }>;
+}
+
+export interface PackageRun {
+  code: number | null;
+  output: string;
+}
+
+/**
+ * `npm run package -- <args>` in a bare environment: PATH and an empty HOME only, so no AWS
+ * credentials, profile, region or `~/.aws`, and none of the developer's configuration variables,
+ * the way a fresh clone on CI sees it. `env` adds what a test means to pass.
+ */
+export function runPackage(
+  args: string[],
+  options: { env?: Record<string, string>; home: string },
+): Promise<PackageRun> {
+  const env: Record<string, string> = { PATH: process.env.PATH ?? '', HOME: options.home, ...options.env };
+  return new Promise((resolve, reject) => {
+    const child = spawn('npm', ['run', '--silent', 'package', '--', ...args], {
+      cwd: PROJECT_ROOT,
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      output += chunk.toString();
+    });
+    child.stderr.on('data', (chunk: Buffer) => {
+      output += chunk.toString();
+    });
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, output }));
+  });
+}
+
+export interface PackagedService {
+  template: CfnTemplate;
+  /** Function key → path of its zip. */
+  artifacts: Map<string, string>;
+  output: string;
+}
+
+/** Packages into `outputDir` (osls `--package`) and reads the update-stack template and the zips. */
+export async function packageService(options: {
+  stage: string;
+  outputDir: string;
+  home: string;
+  env?: Record<string, string>;
+}): Promise<PackagedService> {
+  const run = await runPackage(['--stage', options.stage, '--package', options.outputDir], options);
+  if (run.code !== 0) throw new Error(`npm run package failed (exit ${run.code}):\n${run.output}`);
+  const template = JSON.parse(
+    await readFile(join(options.outputDir, 'cloudformation-template-update-stack.json'), 'utf8'),
+  ) as CfnTemplate;
+  const artifacts = new Map<string, string>();
+  for (const file of await readdir(options.outputDir)) {
+    if (file.endsWith('.zip')) artifacts.set(file.slice(0, -'.zip'.length), join(options.outputDir, file));
+  }
+  return { template, artifacts, output: run.output };
+}
+
+/**
+ * The entries of a zip file, inflated. Enough of the format for what osls writes (stored or
+ * deflated entries, no zip64), so the tests need no unzip tool and no extra package.
+ */
+export async function readZip(path: string): Promise<Map<string, Buffer>> {
+  const zip = await readFile(path);
+  const END_OF_CENTRAL_DIRECTORY = 0x06054b50;
+  let end = zip.length - 22;
+  while (end >= 0 && zip.readUInt32LE(end) !== END_OF_CENTRAL_DIRECTORY) end -= 1;
+  if (end < 0) throw new Error(`${path}: not a zip file`);
+  const count = zip.readUInt16LE(end + 10);
+  let offset = zip.readUInt32LE(end + 16);
+  const entries = new Map<string, Buffer>();
+  for (let index = 0; index < count; index += 1) {
+    const method = zip.readUInt16LE(offset + 10);
+    const compressedSize = zip.readUInt32LE(offset + 20);
+    const nameLength = zip.readUInt16LE(offset + 28);
+    const extraLength = zip.readUInt16LE(offset + 30);
+    const commentLength = zip.readUInt16LE(offset + 32);
+    const localHeader = zip.readUInt32LE(offset + 42);
+    const name = zip.toString('utf8', offset + 46, offset + 46 + nameLength);
+    const dataStart =
+      localHeader + 30 + zip.readUInt16LE(localHeader + 26) + zip.readUInt16LE(localHeader + 28);
+    const data = zip.subarray(dataStart, dataStart + compressedSize);
+    if (!name.endsWith('/')) entries.set(name, method === 8 ? inflateRawSync(data) : Buffer.from(data));
+    offset += 46 + nameLength + extraLength + commentLength;
+  }
+  return entries;
+}
+
+/** Resources of one CloudFormation type, by logical ID. */
+export function resourcesOfType(template: CfnTemplate, type: string): Array<[string, CfnResource]> {
+  return Object.entries(template.Resources).filter(([, resource]) => resource.Type === type);
+}
+
+/** `{ "Fn::GetAtt": [id, attribute] }` or `{ Ref: id }` → id; anything else → undefined. */
+export function referencedLogicalId(value: unknown): string | undefined {
+  if (typeof value !== 'object' || value === null) return undefined;
+  const getAtt = (value as { 'Fn::GetAtt'?: unknown })['Fn::GetAtt'];
+  if (Array.isArray(getAtt) && typeof getAtt[0] === 'string') return getAtt[0];
+  const ref = (value as { Ref?: unknown }).Ref;
+  return typeof ref === 'string' ? ref : undefined;
+}
+
+/** Every logical ID the template refers to through Ref, Fn::GetAtt or `${…}` in Fn::Sub. */
+export function referencedLogicalIds(node: unknown, found = new Set<string>()): Set<string> {
+  if (Array.isArray(node)) {
+    for (const item of node) referencedLogicalIds(item, found);
+    return found;
+  }
+  if (typeof node !== 'object' || node === null) return found;
+  for (const [key, value] of Object.entries(node)) {
+    if (key === 'Ref' && typeof value === 'string') found.add(value);
+    else if (key === 'Fn::GetAtt' && Array.isArray(value) && typeof value[0] === 'string')
+      found.add(value[0]);
+    else if (key === 'Fn::Sub') {
+      const [text, variables] = Array.isArray(value) ? value : [value, {}];
+      const local = new Set(Object.keys((variables as Record<string, unknown>) ?? {}));
+      for (const match of String(text).matchAll(/\$\{([^}!]+)\}/g)) {
+        const id = match[1]!.split('.')[0]!;
+        if (!local.has(id)) found.add(id);
+      }
+      referencedLogicalIds(variables, found);
+    } else referencedLogicalIds(value, found);
+  }
+  return found;
+}
+
+/** The Fn::Sub text of a property with every `${…}` replaced by `<…>`, so the JSON inside parses. */
+export function substituteForInspection(value: unknown): string {
+  const sub = (value as { 'Fn::Sub'?: unknown })['Fn::Sub'];
+  const text = Array.isArray(sub) ? sub[0] : sub;
+  if (typeof text !== 'string') throw new Error('not an Fn::Sub');
+  return text.replace(/\$\{([^}]+)\}/g, '<$1>');
+}

@@ -181,6 +181,14 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     }
     stats.transactions += 1;
     let broken: Error | undefined;
+    // The pool stops listening for 'error' on a client it hands out. A connection lost while the
+    // client sits between two statements (backend terminated, proxy restarted) is then emitted as
+    // an 'error' nobody hears, which crashes the process (found by the chaos suite). Heard here, it
+    // only fails the next statement, and the transaction is retried as a lost connection.
+    const onClientError = (error: Error) => {
+      broken ??= error;
+    };
+    client.on('error', onClientError);
     try {
       await run(client, beginStatement);
       const result = await work({ query: (text, values) => run(client, text, values) });
@@ -194,6 +202,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
       }
       throw error;
     } finally {
+      client.removeListener('error', onClientError);
       client.release(broken);
     }
   }

@@ -10,6 +10,8 @@ export const MetricName = {
   RELEASE_SUCCEEDED: 'ReleaseSucceeded',
   /** Dimension `errorCode`. */
   RELEASE_FAILED: 'ReleaseFailed',
+  /** Dimension `reason`: fence_gone | scope_active — a release that found its delete no longer wanted. */
+  RELEASE_SKIPPED: 'ReleaseSkipped',
   RELEASE_DURATION: 'ReleaseDuration',
   RELEASE_LOCK_WAIT: 'ReleaseLockWait',
   /** Dimension `outcome`: cleared | already_clear | deferred | identity_changed. */

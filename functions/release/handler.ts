@@ -1,12 +1,14 @@
 import { CleanupError } from '../cleanup/errors.ts';
 import { release } from '../cleanup/release.ts';
+import { checkReleaseStillWanted, ReleaseGuard } from '../cleanup/release-guard.ts';
 import type { SandboxProvider } from '../cleanup/sandbox-provider.ts';
 import { type ConsumerDependencies, createSqsConsumer } from '../platform/batch.ts';
+import type { Database } from '../platform/database.ts';
 import { dependenciesFromEnvironment } from '../platform/dependencies.ts';
 import { lambdaEntry, type SqsHandler } from '../platform/lambda.ts';
 import { parseMessage, ReleaseCommand } from '../platform/messages.ts';
 import { MetricName } from '../platform/metric-names.ts';
-import { publishFinalize } from '../platform/publish.ts';
+import { announceRunFinished, publishFinalize } from '../platform/publish.ts';
 import { QueueName } from '../platform/queues.ts';
 
 /**
@@ -20,8 +22,10 @@ export const PUBLISH_MARGIN_MS = 5_000;
  * release: `runtime-release.fifo` → phase 2 (no transaction) → `runtime-finalize`.
  * Retryable failures come back with backoff; the fence stays up throughout.
  */
-export function createReleaseHandler(deps: ConsumerDependencies & { provider: SandboxProvider }): SqsHandler {
-  const { provider, queues, telemetry, config } = deps;
+export function createReleaseHandler(
+  deps: ConsumerDependencies & { provider: SandboxProvider; db: Database },
+): SqsHandler {
+  const { provider, queues, telemetry, config, db } = deps;
   return createSqsConsumer(
     {
       queue: QueueName.RUNTIME_RELEASE,
@@ -34,6 +38,21 @@ export function createReleaseHandler(deps: ConsumerDependencies & { provider: Sa
           generation: command.generation,
           phase: 'release',
         });
+        const guard = await checkReleaseStillWanted(db, command);
+        if (guard.verdict === ReleaseGuard.FENCE_GONE) {
+          telemetry.count(MetricName.RELEASE_SKIPPED, { reason: guard.verdict });
+          logger.info('release skipped: the fence it was for is gone', { sandboxId: command.sandboxId });
+          return;
+        }
+        if (guard.verdict === ReleaseGuard.SCOPE_ACTIVE) {
+          // Restart at phase 1, which defers with backoff until the scope is quiet again.
+          telemetry.count(MetricName.RELEASE_SKIPPED, { reason: guard.verdict });
+          await announceRunFinished(queues, command.runId, { reason: 'scope_active_at_release' });
+          logger.warn('release skipped: a run is active in the scope; fence check again', {
+            activeRunId: guard.activeRunId,
+          });
+          return;
+        }
         const deadlineMs = Math.max(1_000, remainingTimeMs() - PUBLISH_MARGIN_MS);
         const started = performance.now();
         try {

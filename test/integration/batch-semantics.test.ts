@@ -5,6 +5,8 @@ import type { SQSClient } from '@aws-sdk/client-sqs';
 import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import type { Context, SQSEvent, SQSRecord } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
+import { FenceCheckOutcome } from '../../functions/cleanup/types.ts';
 import { createFenceCheckHandler } from '../../functions/fence-check/handler.ts';
 import { loadConfig } from '../../functions/platform/config.ts';
 import { createProvider } from '../../functions/platform/dependencies.ts';
@@ -20,7 +22,7 @@ import { createReleaseHandler } from '../../functions/release/handler.ts';
 import { type LocalProvisioner, startProvisioner } from '../../infra/local/provisioner/server.ts';
 import { createQueues as createQueuesOnEndpoint } from '../../infra/local/queue-setup.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
-import { finishedRootRun } from '../support/factories.ts';
+import { finishedRootRun, insertRun } from '../support/factories.ts';
 
 /**
  * What one invocation does with one batch: the partial batch response is exactly the set of
@@ -146,16 +148,24 @@ describe('release batches on the FIFO queue', () => {
     const healthy = await liveSandbox();
     provisioner.setFault(failing.sandboxId, { status: 503 });
     const provider = createProvider(config, provisioner.url);
-    const handler = createReleaseHandler({ provider, queues, telemetry, config });
-    const command = (s: typeof failing, generation = s.generation) =>
+    const handler = createReleaseHandler({ db: t.db, provider, queues, telemetry, config });
+    const fenceSetAt = async (s: typeof failing) => {
+      const result = await fenceCheck(t.db, s.rootRunId);
+      return result.outcome === FenceCheckOutcome.RELEASE_NEEDED ? result.identity.fenceSetAt : null;
+    };
+    const fences = new Map([
+      [failing.rootRunId, await fenceSetAt(failing)],
+      [healthy.rootRunId, await fenceSetAt(healthy)],
+    ]);
+    const command = (s: typeof failing) =>
       JSON.stringify({
         runId: s.rootRunId,
         uid: s.uid,
         runtimeScopeId: s.runtimeScopeId,
         workdirPath: s.workdirPath,
         sandboxId: s.sandboxId,
-        generation,
-        fenceSetAt: null,
+        generation: s.generation,
+        fenceSetAt: fences.get(s.rootRunId),
         requestedAt: new Date().toISOString(),
       });
     const groupOf = (s: typeof failing) => ({ MessageGroupId: `${s.uid}:${s.runtimeScopeId}` });
@@ -175,5 +185,57 @@ describe('release batches on the FIFO queue', () => {
       deletes.filter((entry) => entry.sandboxId === healthy.sandboxId && entry.status === 200),
     ).toHaveLength(1);
     provisioner.clearFaults(failing.sandboxId);
+  });
+});
+
+describe('the release guard', () => {
+  it('skips a release whose fence is gone, and sends a release back to phase 1 while the scope is active', async () => {
+    const cleared = await liveSandbox();
+    const busy = await liveSandbox();
+    const identities = new Map<string, unknown>();
+    for (const s of [cleared, busy]) {
+      const result = await fenceCheck(t.db, s.rootRunId);
+      if (result.outcome !== FenceCheckOutcome.RELEASE_NEEDED) throw new Error('expected a release');
+      identities.set(s.rootRunId, { ...result.identity, requestedAt: new Date().toISOString() });
+    }
+    // After phase 1: one fence is cleared by someone else, one scope gets an active run.
+    await t.db.query('UPDATE agent_runs SET runtime_cleanup_pending = false WHERE id = $1::text', [
+      cleared.rootRunId,
+    ]);
+    await insertRun(t.db, {
+      uid: busy.uid,
+      conversationId: busy.conversationId,
+      threadId: busy.threadId,
+      runtimeScopeId: busy.runtimeScopeId,
+      status: 'running',
+    });
+    const auditBefore = provisioner.audit().length;
+    const handler = createReleaseHandler({
+      db: t.db,
+      provider: createProvider(config, provisioner.url),
+      queues,
+      telemetry,
+      config,
+    });
+    const records = [cleared, busy].map((s) =>
+      record(JSON.stringify(identities.get(s.rootRunId)), { MessageGroupId: `${s.uid}:${s.runtimeScopeId}` }),
+    );
+
+    const response = await handler({ Records: records } as SQSEvent, context);
+
+    expect(response.batchItemFailures).toEqual([]);
+    expect(
+      provisioner
+        .audit()
+        .slice(auditBefore)
+        .filter((entry) => entry.method === 'DELETE'),
+    ).toEqual([]);
+    expect(provisioner.sandbox(cleared.sandboxId)?.alive).toBe(true);
+    expect(provisioner.sandbox(busy.sandboxId)?.alive).toBe(true);
+    const restarted = (await receiveAll(QueueName.RUN_FINISHED)).map((m) => JSON.parse(m.Body!));
+    expect(restarted).toContainEqual(
+      expect.objectContaining({ runId: busy.rootRunId, reason: 'scope_active_at_release' }),
+    );
+    expect(restarted.map((body) => body.runId)).not.toContain(cleared.rootRunId);
   });
 });

@@ -1,0 +1,180 @@
+import { userInfo } from 'node:os';
+import { type ForceClearPlan, forceClear } from '../../../functions/cleanup/force-clear.ts';
+import { redactUrl } from '../../../functions/platform/config.ts';
+import { MetricName } from '../../../functions/platform/metric-names.ts';
+import { publishCleaned } from '../../../functions/platform/publish.ts';
+import { QueueName } from '../../../functions/platform/queues.ts';
+import { type Command, stringOption } from '../command.ts';
+import type { OpsContext } from '../context.ts';
+import { UsageError } from '../errors.ts';
+import { ExitCode } from '../exit-codes.ts';
+import { describeFailure } from '../failure.ts';
+import { isoTime } from '../format.ts';
+
+/**
+ * `force-clear <runId> --reason "<text>" [--yes] [--actor <name>]`: clears a fence without a
+ * confirmed delete (functions/cleanup/force-clear.ts: same locks and re-checks as the protocol,
+ * audited in the same transaction). Without `--yes` it only says what it would do.
+ *
+ * A forced clear is never silent: the audit row, `runtime-cleaned` with `forced: true`, a WARN
+ * log line and the ForcedClears metric; and the operator is told which sandbox generation may
+ * still exist, since nobody confirmed its deletion.
+ */
+export interface ForceClearOutput {
+  applied: boolean;
+  runId: string;
+  uid: string;
+  runtimeScopeId: string;
+  status: string;
+  fenceSetAt: string | null;
+  reason: string;
+  actor: string;
+  /** The generation that may still exist at the provisioner (null: the scope had none live). */
+  sandbox: { sandboxId: string; generation: number } | null;
+  overrideId: number | null;
+  forcedAt: string | null;
+  /** The `runtime-cleaned` event sent; null on a dry run or when it could not be sent. */
+  published: { queue: string; messageId: string } | null;
+}
+
+function actorOf(explicit: string | undefined, env: OpsContext['env']): string {
+  if (explicit !== undefined) return explicit;
+  if (env.USER?.trim()) return env.USER;
+  try {
+    return userInfo().username;
+  } catch {
+    return '';
+  }
+}
+
+function sandboxOf(plan: ForceClearPlan): ForceClearOutput['sandbox'] {
+  return plan.sandboxId !== null && plan.generation !== null
+    ? { sandboxId: plan.sandboxId, generation: plan.generation }
+    : null;
+}
+
+function manualCleanupLines(output: ForceClearOutput, provisionerUrl: string | undefined): string[] {
+  if (!output.sandbox) return ['The scope had no live sandbox generation: nothing can be left behind.'];
+  const { sandboxId, generation } = output.sandbox;
+  const base = provisionerUrl ? redactUrl(provisionerUrl).replace(/\/$/, '') : '$SANDBOX_PROVISIONER_URL';
+  return [
+    `Sandbox ${sandboxId} generation ${generation} may still exist: nothing confirmed its deletion.`,
+    // The next run of the scope would reuse a live generation, and a stale release of the old run
+    // (a redrive, a late delivery) names that same generation: it must be gone before then.
+    'Remove it by hand before the scope is used again (the generation guard makes this touch only that generation):',
+    `  curl -X DELETE '${base}/api/sandboxes/${encodeURIComponent(sandboxId)}?generation=${generation}'`,
+  ];
+}
+
+export const forceClearCommand: Command = {
+  name: 'force-clear',
+  arguments: [{ name: 'runId' }],
+  summary: 'clear a fence by hand, audited (dry run unless --yes)',
+  details: [
+    'Re-checks under the scope lock that the run is a terminal root run with a pending fence and',
+    'that no run is active in its scope; then clears the fence, marks the live generation released',
+    'and writes an audit row, in one transaction. Publishes runtime-cleaned with forced: true.',
+  ].join('\n'),
+  options: {
+    reason: {
+      type: 'string',
+      value: 'text',
+      description: 'why (required; kept in the audit, at most 500 characters)',
+    },
+    yes: { type: 'boolean', description: 'apply it; without this flag nothing is changed' },
+    actor: { type: 'string', value: 'name', description: 'who (default: $USER, else the login name)' },
+  },
+  async run(input, context) {
+    const runId = input.positionals[0]!;
+    const reason = stringOption(input, 'reason');
+    if (reason === undefined) {
+      throw new UsageError(
+        `force-clear needs --reason "<why>": every forced clear is audited with its reason`,
+      );
+    }
+    const actor = actorOf(stringOption(input, 'actor'), context.env);
+    const apply = input.options.yes === true;
+    const db = await context.database();
+    if (apply) {
+      // Resolve the queue before clearing, so an unreachable SQS stops us before anything changes.
+      await context.queues().url(QueueName.RUNTIME_CLEANED);
+    }
+
+    const outcome = await forceClear(db, { runId, reason, actor, dryRun: !apply });
+    const { plan } = outcome;
+    const output: ForceClearOutput = {
+      applied: outcome.applied,
+      runId,
+      uid: plan.uid,
+      runtimeScopeId: plan.runtimeScopeId,
+      status: plan.status,
+      fenceSetAt: isoTime(plan.fenceSetAt),
+      reason: plan.reason,
+      actor: plan.actor,
+      sandbox: sandboxOf(plan),
+      overrideId: outcome.applied ? outcome.overrideId : null,
+      forcedAt: outcome.applied ? outcome.forcedAt : null,
+      published: null,
+    };
+    const identity = `run ${runId} (${plan.status}; scope ${plan.uid} / ${plan.runtimeScopeId}; fence set at ${output.fenceSetAt ?? '-'})`;
+
+    if (!outcome.applied) {
+      const lines = [
+        `Dry run: nothing was changed. With --yes, force-clear would, in one transaction under the scope's lock:`,
+        `  - clear the fence of ${identity}`,
+        output.sandbox
+          ? `  - mark sandbox ${output.sandbox.sandboxId} generation ${output.sandbox.generation} released (without deleting it)`
+          : '  - (the scope has no live sandbox generation to mark released)',
+        `  - record the override: actor ${JSON.stringify(actor)}, reason ${JSON.stringify(plan.reason)}`,
+        `then publish ${QueueName.RUNTIME_CLEANED} with forced: true.`,
+        ...manualCleanupLines(output, context.config.provisionerUrl),
+      ];
+      return { result: output, text: lines.join('\n') };
+    }
+
+    const telemetry = context.telemetry();
+    telemetry.count(MetricName.FORCED_CLEARS);
+    telemetry.logger.warn('fence force-cleared by an operator', {
+      runId,
+      uid: plan.uid,
+      runtimeScopeId: plan.runtimeScopeId,
+      sandboxId: plan.sandboxId,
+      generation: plan.generation,
+      actor: plan.actor,
+      reason: plan.reason,
+      overrideId: output.overrideId,
+    });
+    let publishFailure: ReturnType<typeof describeFailure> | undefined;
+    try {
+      const messageId = await publishCleaned(context.queues(), {
+        runId,
+        uid: plan.uid,
+        runtimeScopeId: plan.runtimeScopeId,
+        generation: plan.generation,
+        cleanedAt: output.forcedAt!,
+        forced: true,
+      });
+      output.published = { queue: QueueName.RUNTIME_CLEANED, messageId };
+    } catch (error) {
+      publishFailure = describeFailure(error);
+    }
+    const lines = [
+      `Force-cleared the fence of ${identity}.`,
+      `  audit      override #${output.overrideId} at ${output.forcedAt} by ${JSON.stringify(actor)}: ${plan.reason}`,
+      output.published
+        ? `  published  ${QueueName.RUNTIME_CLEANED} (forced: true), message ${output.published.messageId}`
+        : `  published  NOTHING: ${QueueName.RUNTIME_CLEANED} could not be sent`,
+      ...manualCleanupLines(output, context.config.provisionerUrl),
+    ];
+    return {
+      result: output,
+      text: lines.join('\n'),
+      ...(publishFailure
+        ? {
+            exitCode: ExitCode.UNREACHABLE,
+            warning: `the fence is cleared and audited (override #${output.overrideId}), but ${QueueName.RUNTIME_CLEANED} was not published: ${publishFailure.message}`,
+          }
+        : {}),
+    };
+  },
+};

@@ -1,0 +1,151 @@
+import { DatabaseUnavailableError } from '../../functions/cleanup/errors.ts';
+import { type CleanupConfig, loadConfig, redactUrl } from '../../functions/platform/config.ts';
+import {
+  closeInProcessBridge,
+  type Database,
+  type Executor,
+  openDatabase,
+} from '../../functions/platform/database.ts';
+import { createTelemetry, type Telemetry } from '../../functions/platform/observability.ts';
+import { createQueues, type Queues } from '../../functions/platform/queues.ts';
+import { SchemaNotMigratedError } from './errors.ts';
+
+/**
+ * What a command runs against, built from the same configuration as the functions (DATABASE_URL,
+ * AWS_ENDPOINT_URL_SQS, QUEUE_NAME_PREFIX, …), so the CLI works on the local stack and on AWS
+ * alike. Connections are opened on first use: `check-config` never connects, `dlq` never opens
+ * the database.
+ */
+export type Env = Readonly<Record<string, string | undefined>>;
+
+/** The same default as `npm run migrate`: the machine's own PostgreSQL. */
+export const DEFAULT_DATABASE_URL = 'postgres://postgres@127.0.0.1:5432/postgres';
+
+/**
+ * The Neon driver's Pool has no connect timeout: against a host that drops packets the first
+ * query would wait for the kernel's TCP timeout (minutes). An operator wants an answer.
+ */
+const DATABASE_CONNECT_TIMEOUT_MS = 10_000;
+const CLOSE_TIMEOUT_MS = 2_000;
+
+/** SQLSTATEs of a database that answers but was never migrated (undefined table, function, column). */
+const SCHEMA_MISSING_SQLSTATES = new Set(['42P01', '42883', '42703']);
+
+export interface OpsContext {
+  readonly env: Env;
+  /** Validated at start: a bad value ends every command with exit code 2 before anything connects. */
+  readonly config: CleanupConfig;
+  readonly databaseUrl: string;
+  /** For messages: the database URL without its password, the SQS endpoint or "AWS (SDK default)". */
+  readonly describe: { database: string; sqs: string };
+  database(): Promise<Database>;
+  queues(): Queues;
+  telemetry(): Telemetry;
+  close(): Promise<void>;
+}
+
+export function createOpsContext(env: Env): OpsContext {
+  const config = loadConfig(env);
+  const databaseUrl = config.databaseUrl ?? DEFAULT_DATABASE_URL;
+  let database: Promise<Database> | undefined;
+  let queues: Queues | undefined;
+  let telemetry: Telemetry | undefined;
+
+  const openChecked = async (): Promise<Database> => {
+    const db = await openDatabase({
+      url: databaseUrl,
+      ...(env.DATABASE_WS_PROXY ? { wsProxy: env.DATABASE_WS_PROXY } : {}),
+      maxConnections: 4,
+      lockTimeoutMs: config.databaseLockTimeoutMs,
+      statementTimeoutMs: config.databaseStatementTimeoutMs,
+    });
+    const checked = withSchemaCheck(db);
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(new DatabaseUnavailableError(`no answer within ${DATABASE_CONNECT_TIMEOUT_MS} ms`)),
+        DATABASE_CONNECT_TIMEOUT_MS,
+      );
+    });
+    try {
+      await Promise.race([checked.query('SELECT 1'), timeout]);
+    } catch (error) {
+      void db.end().catch(() => {});
+      if (error instanceof DatabaseUnavailableError) {
+        throw new DatabaseUnavailableError(
+          `cannot connect to the database: ${error.message}`,
+          error.details,
+          {
+            cause: error,
+          },
+        );
+      }
+      throw error;
+    } finally {
+      clearTimeout(timer);
+    }
+    return checked;
+  };
+
+  return {
+    env,
+    config,
+    databaseUrl,
+    describe: {
+      database: redactUrl(databaseUrl),
+      sqs: config.sqsEndpoint ? redactUrl(config.sqsEndpoint) : 'AWS (SDK default endpoint)',
+    },
+    database() {
+      database ??= openChecked();
+      return database;
+    },
+    queues() {
+      queues ??= createQueues({
+        prefix: config.queueNamePrefix,
+        ...(config.sqsEndpoint ? { endpoint: config.sqsEndpoint } : {}),
+      });
+      return queues;
+    },
+    telemetry() {
+      telemetry ??= createTelemetry({ functionName: 'ops' });
+      return telemetry;
+    },
+    async close() {
+      const closing = Promise.allSettled([
+        database?.then((db) => db.end()),
+        closeInProcessBridge(),
+        Promise.resolve(queues?.client.destroy()),
+      ]);
+      // A pool stuck on a dead socket must not keep the operator's terminal hanging.
+      await Promise.race([closing, new Promise((resolve) => setTimeout(resolve, CLOSE_TIMEOUT_MS).unref())]);
+    },
+  };
+}
+
+/** Turns "relation … does not exist" into "run npm run migrate against this database". */
+function withSchemaCheck(db: Database): Database {
+  const translate = (error: unknown): unknown => {
+    const sqlstate = (error as { code?: unknown })?.code;
+    if (typeof sqlstate === 'string' && SCHEMA_MISSING_SQLSTATES.has(sqlstate)) {
+      return new SchemaNotMigratedError(
+        `the database lacks this project's schema (${(error as Error).message}); run \`npm run migrate\` against it`,
+        { cause: error },
+      );
+    }
+    return error;
+  };
+  return {
+    stats: db.stats,
+    end: () => db.end(),
+    query<Row>(text: string, values?: readonly unknown[]) {
+      return db.query<Row>(text, values).catch((error: unknown) => {
+        throw translate(error);
+      });
+    },
+    withTransaction<T>(work: (tx: Executor) => Promise<T>) {
+      return db.withTransaction(work).catch((error: unknown) => {
+        throw translate(error);
+      });
+    },
+  };
+}

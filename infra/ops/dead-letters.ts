@@ -1,0 +1,226 @@
+import {
+  ChangeMessageVisibilityCommand,
+  DeleteMessageCommand,
+  GetQueueAttributesCommand,
+  type Message,
+  ReceiveMessageCommand,
+} from '@aws-sdk/client-sqs';
+import { QueueUnavailableError } from '../../functions/cleanup/errors.ts';
+import {
+  deadLetterQueueName,
+  QUEUE_DEFINITIONS,
+  type QueueName,
+  type Queues,
+} from '../../functions/platform/queues.ts';
+import { UsageError } from './errors.ts';
+
+/**
+ * Reading dead-letter queues without taking anything from them, and the few raw SQS calls the
+ * CLI needs beyond what the functions' `Queues` offers. Dead letters carry their reason as message
+ * attributes (set by functions/platform/batch.ts): `reason`, `errorCode`, `sourceQueue`,
+ * `sourceMessageId`, `receiveCount`, `deadLetteredAt`.
+ */
+
+/** The queues that have a consumer, hence a dead-letter queue: the valid arguments of `redrive`. */
+export const CONSUMED_QUEUES: readonly QueueName[] = (
+  Object.entries(QUEUE_DEFINITIONS) as Array<[QueueName, (typeof QUEUE_DEFINITIONS)[QueueName]]>
+)
+  .filter(([, definition]) => definition.consumer !== null && definition.maxReceiveCount !== null)
+  .map(([name]) => name);
+
+/** A consumed queue by its base name (its DLQ's name is accepted too); anything else is bad usage. */
+export function resolveConsumedQueue(name: string): QueueName {
+  const queue = CONSUMED_QUEUES.find((q) => q === name || deadLetterQueueName(q) === name);
+  if (!queue) {
+    throw new UsageError(
+      `unknown queue ${JSON.stringify(name)}; valid queues: ${CONSUMED_QUEUES.join(', ')}`,
+    );
+  }
+  return queue;
+}
+
+/** One raw SQS call, failing like the functions' own calls do: QueueUnavailableError (exit code 3). */
+export async function callSqs<T>(queue: string, operation: string, call: () => Promise<T>): Promise<T> {
+  try {
+    return await call();
+  } catch (error) {
+    if (error instanceof QueueUnavailableError) throw error;
+    throw new QueueUnavailableError(
+      `SQS ${operation} on ${queue} failed: ${(error as Error).name}: ${(error as Error).message}`,
+      { queue, operation },
+      { cause: error },
+    );
+  }
+}
+
+export interface QueueDepth {
+  /** ApproximateNumberOfMessages: available to receive. */
+  visible: number;
+  /** ApproximateNumberOfMessagesNotVisible: received and not yet deleted or returned. */
+  inFlight: number;
+}
+
+export async function queueDepth(queues: Queues, queue: string): Promise<QueueDepth> {
+  const url = await queues.url(queue);
+  const { Attributes } = await callSqs(queue, 'GetQueueAttributes', () =>
+    queues.client.send(
+      new GetQueueAttributesCommand({
+        QueueUrl: url,
+        AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'],
+      }),
+    ),
+  );
+  return {
+    visible: Number(Attributes?.ApproximateNumberOfMessages ?? 0),
+    inFlight: Number(Attributes?.ApproximateNumberOfMessagesNotVisible ?? 0),
+  };
+}
+
+export async function queueArn(queues: Queues, queue: string): Promise<string> {
+  const url = await queues.url(queue);
+  const { Attributes } = await callSqs(queue, 'GetQueueAttributes', () =>
+    queues.client.send(new GetQueueAttributesCommand({ QueueUrl: url, AttributeNames: ['QueueArn'] })),
+  );
+  if (!Attributes?.QueueArn) throw new QueueUnavailableError(`SQS did not report the ARN of ${queue}`);
+  return Attributes.QueueArn;
+}
+
+export async function receive(
+  queues: Queues,
+  queue: string,
+  options: { max: number; visibilityTimeoutSeconds: number },
+): Promise<Message[]> {
+  const url = await queues.url(queue);
+  const { Messages } = await callSqs(queue, 'ReceiveMessage', () =>
+    queues.client.send(
+      new ReceiveMessageCommand({
+        QueueUrl: url,
+        MaxNumberOfMessages: Math.min(10, Math.max(1, options.max)),
+        WaitTimeSeconds: 0,
+        VisibilityTimeout: options.visibilityTimeoutSeconds,
+        MessageAttributeNames: ['All'],
+        MessageSystemAttributeNames: ['All'],
+      }),
+    ),
+  );
+  return Messages ?? [];
+}
+
+export async function deleteMessage(queues: Queues, queue: string, receiptHandle: string): Promise<void> {
+  const url = await queues.url(queue);
+  await callSqs(queue, 'DeleteMessage', () =>
+    queues.client.send(new DeleteMessageCommand({ QueueUrl: url, ReceiptHandle: receiptHandle })),
+  );
+}
+
+/** Makes a received message available again at once (a message we looked at but leave where it is). */
+export async function returnMessage(queues: Queues, queue: string, receiptHandle: string): Promise<void> {
+  const url = await queues.url(queue);
+  await callSqs(queue, 'ChangeMessageVisibility', () =>
+    queues.client.send(
+      new ChangeMessageVisibilityCommand({
+        QueueUrl: url,
+        ReceiptHandle: receiptHandle,
+        VisibilityTimeout: 0,
+      }),
+    ),
+  );
+}
+
+export interface DeadLetter {
+  deadLetterQueue: string;
+  /** The consumed queue it came from (the `sourceQueue` attribute, else the DLQ's own source). */
+  sourceQueue: string;
+  messageId: string;
+  /** `runId` of a JSON body, when there is one. */
+  runId: string | null;
+  errorCode: string | null;
+  reason: string | null;
+  receiveCount: number | null;
+  deadLetteredAt: string | null;
+  /** The id the message had on its source queue. */
+  sourceMessageId: string | null;
+  body: string;
+}
+
+export function toDeadLetter(message: Message, sourceQueue: QueueName): DeadLetter {
+  const attribute = (name: string) => message.MessageAttributes?.[name]?.StringValue ?? null;
+  const receiveCount = Number(attribute('receiveCount'));
+  return {
+    deadLetterQueue: deadLetterQueueName(sourceQueue),
+    sourceQueue: attribute('sourceQueue') ?? sourceQueue,
+    messageId: message.MessageId ?? '',
+    runId: runIdOf(message.Body ?? ''),
+    errorCode: attribute('errorCode'),
+    reason: attribute('reason'),
+    receiveCount: Number.isFinite(receiveCount) && receiveCount > 0 ? receiveCount : null,
+    deadLetteredAt: attribute('deadLetteredAt'),
+    sourceMessageId: attribute('sourceMessageId'),
+    body: message.Body ?? '',
+  };
+}
+
+function runIdOf(body: string): string | null {
+  try {
+    const parsed: unknown = JSON.parse(body);
+    const runId = (parsed as { runId?: unknown } | null)?.runId;
+    return typeof runId === 'string' ? runId : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Bounds of a peek. Short polls sample the queue (on AWS a receive sees a subset of its servers),
+ * so a peek stops only after two rounds in a row brought nothing new, or at these caps.
+ */
+const PEEK_MAX_ROUNDS = 60;
+const PEEK_MAX_MESSAGES = 500;
+const PEEK_QUIET_ROUNDS = 2;
+
+export interface Peek {
+  letters: DeadLetter[];
+  /** False when a cap was reached: there may be letters the peek did not see. */
+  complete: boolean;
+}
+
+/**
+ * Looks at a DLQ's messages without taking them: every receive uses VisibilityTimeout 0, so each
+ * message stays available (nothing consumes DLQs but `redrive`). A FIFO DLQ shows only the first
+ * message of each group this way: the rest of a group stays behind its head until that is deleted.
+ */
+export async function peekDeadLetters(queues: Queues, sourceQueue: QueueName): Promise<Peek> {
+  const dlq = deadLetterQueueName(sourceQueue);
+  const seen = new Map<string, DeadLetter>();
+  let quiet = 0;
+  for (let round = 0; round < PEEK_MAX_ROUNDS && seen.size < PEEK_MAX_MESSAGES; round += 1) {
+    const messages = await receive(queues, dlq, { max: 10, visibilityTimeoutSeconds: 0 });
+    let fresh = 0;
+    for (const message of messages) {
+      if (!message.MessageId || seen.has(message.MessageId)) continue;
+      seen.set(message.MessageId, toDeadLetter(message, sourceQueue));
+      fresh += 1;
+    }
+    quiet = fresh === 0 ? quiet + 1 : 0;
+    if (quiet >= PEEK_QUIET_ROUNDS) return { letters: [...seen.values()], complete: true };
+  }
+  return { letters: [...seen.values()], complete: false };
+}
+
+export interface ReasonCount {
+  errorCode: string | null;
+  reason: string | null;
+  count: number;
+}
+
+/** Dead letters grouped by (errorCode, reason), most frequent first. */
+export function groupReasons(letters: readonly DeadLetter[]): ReasonCount[] {
+  const groups = new Map<string, ReasonCount>();
+  for (const letter of letters) {
+    const key = JSON.stringify([letter.errorCode, letter.reason]);
+    const group = groups.get(key) ?? { errorCode: letter.errorCode, reason: letter.reason, count: 0 };
+    group.count += 1;
+    groups.set(key, group);
+  }
+  return [...groups.values()].sort((a, b) => b.count - a.count);
+}

@@ -1,0 +1,36 @@
+import { ExitCode } from './exit-codes.ts';
+
+/**
+ * Failures of the operator CLI itself (the protocol's own failures are the CleanupError classes
+ * of functions/cleanup/errors.ts). Each carries a stable code and the exit code it ends with.
+ */
+export const OpsErrorCode = {
+  USAGE: 'USAGE',
+  SCHEMA_NOT_MIGRATED: 'SCHEMA_NOT_MIGRATED',
+} as const;
+export type OpsErrorCode = (typeof OpsErrorCode)[keyof typeof OpsErrorCode];
+
+export abstract class OpsError extends Error {
+  abstract readonly code: OpsErrorCode;
+  abstract readonly exitCode: ExitCode;
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+  }
+}
+
+/** Unknown command, unknown option, missing argument, bad value: nothing was attempted. */
+export class UsageError extends OpsError {
+  readonly code = OpsErrorCode.USAGE;
+  readonly exitCode = ExitCode.USAGE;
+}
+
+/** The database answers but lacks a table or function of this project: `npm run migrate` was not run. */
+export class SchemaNotMigratedError extends OpsError {
+  readonly code = OpsErrorCode.SCHEMA_NOT_MIGRATED;
+  readonly exitCode = ExitCode.UNREACHABLE;
+}
+
+export function isOpsError(error: unknown): error is OpsError {
+  return error instanceof OpsError;
+}

@@ -1,0 +1,201 @@
+import { RunNotFoundError } from '../../functions/cleanup/errors.ts';
+import { isTerminalStatus } from '../../functions/cleanup/inspect-run.ts';
+import { RunType, TERMINAL_RUN_STATUSES } from '../../functions/cleanup/types.ts';
+import type { Executor } from '../../functions/platform/database.ts';
+import type { Queues } from '../../functions/platform/queues.ts';
+import { CONSUMED_QUEUES, type DeadLetter, peekDeadLetters } from './dead-letters.ts';
+import { type ForcedClear, listForcedClears } from './forced-clears.ts';
+import { isoTime } from './format.ts';
+
+/**
+ * What `explain <runId>` knows about one run's cleanup: read from the database without locks
+ * (an operator's look must never queue behind a cleanup) and from the dead-letter queues by peeking.
+ */
+const RUN = `
+  SELECT r.id, r.uid, r.runtime_scope_id, r.run_type, r.status, r.created_by_run_id,
+         r.runtime_cleanup_pending AS fence_pending, r.runtime_cleanup_pending_since AS pending_since,
+         extract(epoch FROM now() - r.runtime_cleanup_pending_since)::float8 AS pending_seconds,
+         r.runtime_cleanup_announced_at AS announced_at, r.worker_id, r.lease_expires_at,
+         r.created_at, r.finished_at, c.workdir_path
+  FROM agent_runs r
+  LEFT JOIN conversations c
+    ON c.id = r.conversation_id OR (r.conversation_id IS NULL AND c.thread_id = r.conversation_thread_id)
+  WHERE r.id = $1::text
+  LIMIT 1`;
+
+const SCOPE = `
+  SELECT runtime_cleanup_blocked($1::text, $2::text) AS blocked,
+         s.sandbox_id, s.generation::text AS generation, s.released_at
+  FROM (SELECT 1) AS one
+  LEFT JOIN sandbox_runtimes s ON s.uid = $1::text AND s.runtime_scope_id = $2::text`;
+
+/** The scope's other runs that matter to this cleanup: the active ones and the fenced roots. */
+const SCOPE_RUNS = `
+  SELECT id, run_type, status, runtime_cleanup_pending AS fence_pending
+  FROM agent_runs
+  WHERE uid = $1::text AND runtime_scope_id = $2::text AND id <> $3::text
+    AND (status <> ALL ($4::text[]) OR (runtime_cleanup_pending AND run_type <> 'subagent'))
+  ORDER BY created_at, id
+  LIMIT 50`;
+
+/** Active descendants, in any scope: phases 1 and 3 wait for them too. Depth-bounded against cycles. */
+const ACTIVE_DESCENDANTS = `
+  WITH RECURSIVE descendants AS (
+    SELECT a.id, a.status, a.run_type, a.runtime_scope_id, 1 AS depth
+    FROM agent_runs a WHERE a.created_by_run_id = $1::text
+    UNION ALL
+    SELECT a.id, a.status, a.run_type, a.runtime_scope_id, d.depth + 1
+    FROM agent_runs a JOIN descendants d ON a.created_by_run_id = d.id
+    WHERE d.depth < 32
+  )
+  SELECT DISTINCT id, status, run_type, runtime_scope_id FROM descendants
+  WHERE status <> ALL ($2::text[])
+  ORDER BY id
+  LIMIT 50`;
+
+interface RunRow {
+  id: string;
+  uid: string;
+  runtime_scope_id: string;
+  run_type: string;
+  status: string;
+  created_by_run_id: string | null;
+  fence_pending: boolean;
+  pending_since: Date | null;
+  pending_seconds: number | null;
+  announced_at: Date | null;
+  worker_id: string | null;
+  lease_expires_at: Date | null;
+  created_at: Date;
+  finished_at: Date | null;
+  workdir_path: string | null;
+}
+
+export interface RunSummary {
+  runId: string;
+  runType: string;
+  status: string;
+}
+
+export interface RunFacts {
+  run: {
+    runId: string;
+    uid: string;
+    runtimeScopeId: string;
+    runType: string;
+    status: string;
+    createdByRunId: string | null;
+    workdirPath: string | null;
+    fencePending: boolean;
+    pendingSince: string | null;
+    pendingForSeconds: number | null;
+    /** When the sweeper last announced this fence again. */
+    lastAnnouncedAt: string | null;
+    workerId: string | null;
+    leaseExpiresAt: string | null;
+    createdAt: string | null;
+    finishedAt: string | null;
+  };
+  scope: {
+    /** `runtime_cleanup_blocked(uid, scope)`: the platform admits no new run while true. */
+    blocked: boolean;
+    sandbox: { sandboxId: string; generation: number; releasedAt: string | null } | null;
+    /** Other non-terminal runs of the scope. */
+    activeRuns: RunSummary[];
+    /** Non-terminal runs created (transitively) by this run, in any scope. */
+    activeDescendants: Array<RunSummary & { runtimeScopeId: string }>;
+    /** Other root runs of the scope whose fence is up (each blocks the scope too). */
+    otherFences: string[];
+  };
+  forcedClears: ForcedClear[];
+  deadLetters: DeadLetter[];
+  /** False when a peek hit its cap, null when the queues could not be read. */
+  deadLettersComplete: boolean | null;
+  deadLettersError: string | null;
+}
+
+export async function readRunFacts(
+  db: Executor,
+  runId: string,
+): Promise<Pick<RunFacts, 'run' | 'scope' | 'forcedClears'>> {
+  const { rows } = await db.query<RunRow>(RUN, [runId]);
+  const run = rows[0];
+  if (!run) throw new RunNotFoundError(runId);
+  const [scope, scopeRuns, descendants, forcedClears] = await Promise.all([
+    db.query<{
+      blocked: boolean;
+      sandbox_id: string | null;
+      generation: string | null;
+      released_at: Date | null;
+    }>(SCOPE, [run.uid, run.runtime_scope_id]),
+    db.query<{ id: string; run_type: string; status: string; fence_pending: boolean }>(SCOPE_RUNS, [
+      run.uid,
+      run.runtime_scope_id,
+      run.id,
+      TERMINAL_RUN_STATUSES,
+    ]),
+    db.query<{ id: string; status: string; run_type: string; runtime_scope_id: string }>(ACTIVE_DESCENDANTS, [
+      run.id,
+      TERMINAL_RUN_STATUSES,
+    ]),
+    listForcedClears(db, { runId, limit: 20 }),
+  ]);
+  const sandboxRow = scope.rows[0]!;
+  return {
+    run: {
+      runId: run.id,
+      uid: run.uid,
+      runtimeScopeId: run.runtime_scope_id,
+      runType: run.run_type,
+      status: run.status,
+      createdByRunId: run.created_by_run_id,
+      workdirPath: run.workdir_path,
+      fencePending: run.fence_pending,
+      pendingSince: isoTime(run.pending_since),
+      pendingForSeconds: run.pending_seconds === null ? null : Math.round(run.pending_seconds),
+      lastAnnouncedAt: isoTime(run.announced_at),
+      workerId: run.worker_id,
+      leaseExpiresAt: isoTime(run.lease_expires_at),
+      createdAt: isoTime(run.created_at),
+      finishedAt: isoTime(run.finished_at),
+    },
+    scope: {
+      blocked: sandboxRow.blocked,
+      sandbox:
+        sandboxRow.sandbox_id !== null && sandboxRow.generation !== null
+          ? {
+              sandboxId: sandboxRow.sandbox_id,
+              generation: Number(sandboxRow.generation),
+              releasedAt: isoTime(sandboxRow.released_at),
+            }
+          : null,
+      activeRuns: scopeRuns.rows
+        .filter((row) => !isTerminalStatus(row.status))
+        .map((row) => ({ runId: row.id, runType: row.run_type, status: row.status })),
+      activeDescendants: descendants.rows.map((row) => ({
+        runId: row.id,
+        runType: row.run_type,
+        status: row.status,
+        runtimeScopeId: row.runtime_scope_id,
+      })),
+      otherFences: scopeRuns.rows
+        .filter((row) => row.fence_pending && row.run_type !== RunType.SUBAGENT)
+        .map((row) => row.id),
+    },
+    forcedClears,
+  };
+}
+
+/** The dead letters whose body names this run, oldest first. */
+export async function readDeadLettersOf(
+  queues: Queues,
+  runId: string,
+): Promise<Pick<RunFacts, 'deadLetters' | 'deadLettersComplete'>> {
+  const peeks = await Promise.all(CONSUMED_QUEUES.map((queue) => peekDeadLetters(queues, queue)));
+  return {
+    deadLetters: peeks
+      .flatMap((peek) => peek.letters.filter((letter) => letter.runId === runId))
+      .sort((a, b) => (a.deadLetteredAt ?? '').localeCompare(b.deadLetteredAt ?? '')),
+    deadLettersComplete: peeks.every((peek) => peek.complete),
+  };
+}

@@ -17,6 +17,7 @@ const EXTRA_DIMENSIONS = {
   FenceCheckOutcome: ['outcome'],
   ReleaseSucceeded: ['outcome'],
   ReleaseFailed: ['errorCode'],
+  ReleaseSkipped: ['reason'],
   ReleaseDuration: [],
   ReleaseLockWait: [],
   FinalizeOutcome: ['outcome'],
@@ -96,9 +97,10 @@ function dashboardResources({ stage, service, alarmLogicalIds }) {
       },
     },
     graph('Fence checks by outcome (phase 1)', [[search(M.FENCE_CHECK_OUTCOME, 'Sum', '')]]),
-    graph('Releases: succeeded by outcome, failed by errorCode (phase 2)', [
+    graph('Releases: succeeded by outcome, failed by errorCode, skipped by reason (phase 2)', [
       [search(M.RELEASE_SUCCEEDED, 'Sum', 'succeeded')],
       [search(M.RELEASE_FAILED, 'Sum', 'failed')],
+      [search(M.RELEASE_SKIPPED, 'Sum', 'skipped')],
     ]),
     graph('Finalize by outcome (phase 3)', [[search(M.FINALIZE_OUTCOME, 'Sum', '')]]),
     graph('Release duration (ms)', [

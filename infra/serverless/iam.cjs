@@ -23,8 +23,8 @@ const {
 const SENDS = {
   // phase 1 → release | finalize, or a delayed re-check of itself (deferred)
   fenceCheck: ['runtime-release.fifo', 'runtime-finalize', 'run-finished'],
-  // phase 2 → finalize
-  release: ['runtime-finalize'],
+  // phase 2 → finalize, or back to phase 1 when a run is active in the scope again (release guard)
+  release: ['runtime-finalize', 'run-finished'],
   // phase 3 → runtime-cleaned; identity changed → back to phase 1; deferred → re-check of itself
   finalize: ['runtime-cleaned', 'run-finished', 'runtime-finalize'],
   // fences pending too long → announced again

@@ -48,7 +48,10 @@ const EXPECTED_GRANTS = {
     consumes: ['run-finished'],
     sendsTo: ['run-finished', 'run-finished-dlq', 'runtime-finalize', 'runtime-release.fifo'],
   },
-  release: { consumes: ['runtime-release.fifo'], sendsTo: ['runtime-finalize', 'runtime-release-dlq.fifo'] },
+  release: {
+    consumes: ['runtime-release.fifo'],
+    sendsTo: ['run-finished', 'runtime-finalize', 'runtime-release-dlq.fifo'],
+  },
   finalize: {
     consumes: ['runtime-finalize'],
     sendsTo: ['run-finished', 'runtime-cleaned', 'runtime-finalize', 'runtime-finalize-dlq'],

@@ -37,7 +37,7 @@ export function createFenceCheckHandler(deps: ConsumerDependencies & { db: Datab
             await publishRelease(
               queues,
               { ...identity, sandboxId: identity.sandboxId!, generation: identity.generation! },
-              { messageId: record.messageId, receiveCount },
+              { messageId: record.messageId, sentTimestamp: record.attributes.SentTimestamp, receiveCount },
             );
             logger.info('fence checked; release requested', { sandboxId: identity.sandboxId });
             return;

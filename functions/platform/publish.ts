@@ -23,22 +23,29 @@ export function releaseGroupId(uid: string, runtimeScopeId: string): string {
 /**
  * FIFO deduplication ids are remembered for 5 minutes, even after the message was deleted, and a
  * send with a remembered id is dropped silently. So the id names one *delivery* of the source
- * message (its id and receive count): the SDK's own retries of one send collapse, while a
- * legitimate retry (a redelivery, a new announcement) always gets a new id and is never dropped.
+ * message (its id, when it was sent, and its receive count): the SDK's own retries of one send
+ * collapse, while a legitimate retry (a redelivery, a new announcement, a redriven dead letter
+ * whose receive count starts again) always gets a new id and is never dropped.
  */
-export function deliveryDeduplicationId(sourceMessageId: string, receiveCount: number): string {
-  return createHash('sha256').update(`${sourceMessageId}#${receiveCount}`).digest('hex');
+export function deliveryDeduplicationId(source: {
+  messageId: string;
+  sentTimestamp?: string;
+  receiveCount: number;
+}): string {
+  return createHash('sha256')
+    .update(`${source.messageId}#${source.sentTimestamp ?? ''}#${source.receiveCount}`)
+    .digest('hex');
 }
 
 export async function publishRelease(
   queues: Queues,
   identity: CleanupIdentity & { sandboxId: string; generation: number },
-  source: { messageId: string; receiveCount: number },
+  source: { messageId: string; sentTimestamp?: string; receiveCount: number },
 ): Promise<string> {
   const body: ReleaseCommand = { ...identity, requestedAt: new Date().toISOString() };
   return queues.send(QueueName.RUNTIME_RELEASE, body, {
     groupId: releaseGroupId(identity.uid, identity.runtimeScopeId),
-    deduplicationId: deliveryDeduplicationId(source.messageId, source.receiveCount),
+    deduplicationId: deliveryDeduplicationId(source),
   });
 }
 

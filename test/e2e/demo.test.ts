@@ -1,0 +1,225 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { chmod, mkdtemp, readdir, readFile, readlink, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { isAbsolute, join, resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { DemoSummary } from '../../infra/local/demo/summary.ts';
+import { isProcessAlive } from '../../infra/local/provisioner/server.ts';
+import { createTestDatabase, type TestDatabase } from '../support/database.ts';
+import { eventually } from '../support/stack.ts';
+
+/**
+ * `npm start` run the way a user runs it: a separate process, non-interactive (stdout is a pipe),
+ * at a small size. The assertions are the summary's facts, each re-checked here against the
+ * database, the file system and the process table rather than taken from the demo's word.
+ */
+const CLI = 'infra/local/demo/cli.ts';
+
+interface DemoProcess {
+  child: ChildProcess;
+  stdout: () => string;
+  stderr: () => string;
+  exited: Promise<number | null>;
+}
+
+function startDemo(args: string[], env: Record<string, string | undefined>): DemoProcess {
+  const child = spawn(process.execPath, ['--import', 'tsx', CLI, ...args], {
+    cwd: process.cwd(),
+    env: env as NodeJS.ProcessEnv,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (chunk: Buffer) => (stdout += chunk.toString('utf8')));
+  child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
+  const exited = new Promise<number | null>((done) => child.once('exit', (code) => done(code)));
+  return { child, stdout: () => stdout, stderr: () => stderr, exited };
+}
+
+/** Every process whose working directory is (or was) inside `dir`: the sandboxes live there. */
+async function processesWorkingIn(dir: string): Promise<number[]> {
+  const found: number[] = [];
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const cwd = await readlink(`/proc/${entry}/cwd`).catch(() => undefined);
+    if (cwd?.startsWith(dir)) found.push(Number(entry));
+  }
+  return found;
+}
+
+/** The pids the live sandboxes wrote into their `ready` files. */
+async function sandboxPids(sandboxesDir: string): Promise<number[]> {
+  if (!existsSync(sandboxesDir)) return [];
+  const pids: number[] = [];
+  for (const entry of await readdir(sandboxesDir)) {
+    const text = await readFile(join(sandboxesDir, entry, 'ready'), 'utf8').catch(() => '');
+    if (/^\d+$/.test(text)) pids.push(Number(text));
+  }
+  return pids;
+}
+
+/** A minimal well-formedness check: every tag closed in order, one root element. */
+function assertWellFormedSvg(svg: string): void {
+  expect(svg.trimStart().startsWith('<svg')).toBe(true);
+  expect(svg.trimEnd().endsWith('</svg>')).toBe(true);
+  const open: string[] = [];
+  for (const match of svg.matchAll(/<(\/?)([a-zA-Z][\w:-]*)([^>]*?)(\/?)>/g)) {
+    const [, closing, name, , selfClosing] = match;
+    if (selfClosing) continue;
+    if (closing) expect(open.pop()).toBe(name);
+    else open.push(name!);
+  }
+  expect(open).toEqual([]);
+  // Text is escaped: no stray '&' that is not an entity.
+  expect(svg).not.toMatch(/&(?![a-z]+;|#\d+;)/);
+}
+
+function demoEnv(extra: Record<string, string | undefined>): Record<string, string | undefined> {
+  const env: Record<string, string | undefined> = { ...process.env, ...extra };
+  // The test runner turns EMF off for the other tests; the demo must work either way.
+  env.POWERTOOLS_METRICS_DISABLED = 'true';
+  for (const [key, value] of Object.entries(env)) if (value === undefined) delete env[key];
+  return env;
+}
+
+let t: TestDatabase;
+const scratch: string[] = [];
+async function scratchDir(): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), 'runtime-cleanup-demo-'));
+  // Embedded PostgreSQL runs as its own user, which must be able to enter the data directory.
+  await chmod(dir, 0o755);
+  scratch.push(dir);
+  return dir;
+}
+
+beforeAll(async () => {
+  t = await createTestDatabase();
+});
+afterAll(async () => {
+  await t?.drop();
+  for (const dir of scratch) await rm(dir, { recursive: true, force: true });
+});
+
+describe('npm start (the demo)', () => {
+  it('converges at small size with faults: every fence cleared, no sandbox process or directory left', async () => {
+    const dataDir = await scratchDir();
+    const outDir = await scratchDir();
+    // Seed 8 draws 0.156 first: the first DELETE is answered 503, so at least one retry happens.
+    const demo = startDemo(
+      [
+        ...['--runs', '8', '--scopes', '3', '--faults', 'error=0.2,hang=0.05', '--seed', '8'],
+        // Generous bounds: this test is about what the demo reports, not about how fast this machine is.
+        ...['--timeout', '60', '--lease-bound-ms', '60000', '--json', '--out', outDir, '--data-dir', dataDir],
+      ],
+      demoEnv({ DATABASE_URL: t.url, DATABASE_WS_PROXY: t.wsProxy }),
+    );
+    const code = await demo.exited;
+    expect(code, demo.stderr()).toBe(0);
+    const summary = JSON.parse(demo.stdout()) as DemoSummary;
+
+    // The summary's facts.
+    expect(summary.outcome).toBe('converged');
+    expect(summary.runs.root).toBe(8);
+    expect(summary.fences).toEqual({ set: 8, clearedPerLog: 8, pendingInDatabase: 0 });
+    expect(summary.sandboxes).toMatchObject({
+      acquired: 8,
+      liveAtProvisioner: 0,
+      processesAlive: 0,
+      directoriesLeft: 0,
+      processesChecked: true,
+    });
+    expect(summary.stopped).toEqual({
+      sandboxProcessesLeft: 0,
+      sandboxDirectoriesLeft: 0,
+      postgresStopped: null,
+    });
+    expect(summary.checks.length).toBeGreaterThan(0);
+    expect(summary.checks.filter((check) => !check.ok)).toEqual([]);
+    expect(summary.retries).toBeGreaterThanOrEqual(1);
+    expect(summary.releases.failuresByCode.PROVISIONER_UNAVAILABLE).toBeGreaterThanOrEqual(1);
+    expect(summary.cleanupLatencyMs.samples).toBe(8);
+    expect(summary.leaseRenewals.renewals).toBeGreaterThan(0);
+    expect(summary.deadLetters.count).toBe(0);
+
+    // Re-checked independently: the database.
+    const { rows } = await t.db.query<{ runs: number; fenced: number; active: number }>(
+      `SELECT count(*) FILTER (WHERE run_type <> 'subagent')::int AS runs,
+              count(*) FILTER (WHERE runtime_cleanup_pending)::int AS fenced,
+              count(*) FILTER (WHERE status NOT IN ('completed', 'failed', 'cancelled', 'interrupted'))::int AS active
+       FROM agent_runs`,
+    );
+    expect(rows[0]).toEqual({ runs: 8, fenced: 0, active: 0 });
+    const statuses = await t.db.query<{ status: string }>(
+      `SELECT DISTINCT status FROM agent_runs WHERE run_type <> 'subagent' ORDER BY status`,
+    );
+    expect(statuses.rows.map((row) => row.status)).toEqual([
+      'cancelled',
+      'completed',
+      'failed',
+      'interrupted',
+    ]);
+
+    // The file system and the process table.
+    const sandboxesDir = join(dataDir, 'sandboxes');
+    expect(await readdir(sandboxesDir)).toEqual([]);
+    expect(await processesWorkingIn(sandboxesDir)).toEqual([]);
+
+    // The log holds the lines the figures were read from; the timeline is a well-formed SVG.
+    const logPath = resolve(summary.files.log);
+    const cleared = (await readFile(logPath, 'utf8'))
+      .split('\n')
+      .filter((line) => line.startsWith('{'))
+      .map((line) => JSON.parse(line) as { message?: string; function?: string })
+      .filter((line) => line.function === 'finalize' && line.message === 'fence cleared');
+    expect(cleared).toHaveLength(8);
+    expect(summary.files.timeline).not.toBeNull();
+    const timelinePath = summary.files.timeline!;
+    assertWellFormedSvg(
+      await readFile(isAbsolute(timelinePath) ? timelinePath : resolve(timelinePath), 'utf8'),
+    );
+  });
+
+  it('stops cleanly on Ctrl-C: exits 130 with no sandbox process and no PostgreSQL left running', async () => {
+    const dataDir = await scratchDir();
+    const outDir = await scratchDir();
+    const sandboxesDir = join(dataDir, 'sandboxes');
+    // No DATABASE_URL: the embedded PostgreSQL default, which must be stopped too.
+    const demo = startDemo(
+      ['--runs', '1000', '--scopes', '4', '--seed', '3', '--out', outDir, '--data-dir', dataDir],
+      demoEnv({ DATABASE_URL: undefined, DATABASE_WS_PROXY: undefined }),
+    );
+    const seen = new Set<number>();
+    await eventually(
+      'sandboxes of several runs',
+      async () => {
+        if (demo.child.exitCode !== null) throw new Error(`demo exited early: ${demo.stderr()}`);
+        for (const pid of await sandboxPids(sandboxesDir)) seen.add(pid);
+        return seen.size >= 6;
+      },
+      40_000,
+    );
+    const pidFile = join(dataDir, 'postgres', 'pgdata', 'postmaster.pid');
+    const postgresPid = Number((await readFile(pidFile, 'utf8')).split('\n')[0]);
+    expect(isProcessAlive(postgresPid)).toBe(true);
+
+    demo.child.kill('SIGINT');
+    const code = await demo.exited;
+
+    expect(code, demo.stderr()).toBe(130);
+    expect(demo.stdout()).toContain('Interrupted');
+    expect([...seen].filter((pid) => isProcessAlive(pid))).toEqual([]);
+    expect(await processesWorkingIn(sandboxesDir)).toEqual([]);
+    expect(await readdir(sandboxesDir)).toEqual([]);
+    expect(isProcessAlive(postgresPid)).toBe(false);
+    expect(existsSync(pidFile)).toBe(false);
+  });
+
+  it('refuses invalid options with one line naming the option, and exit status 2', async () => {
+    const demo = startDemo(['--faults', 'hang=0.9,error=0.5'], demoEnv({}));
+    expect(await demo.exited).toBe(2);
+    expect(demo.stderr().trim().split('\n')).toHaveLength(1);
+    expect(demo.stderr()).toContain('--faults');
+    expect(demo.stdout()).toBe('');
+  });
+});

@@ -16,7 +16,7 @@ const CLEAR_FENCE = `
   ),
   released AS (
     UPDATE sandbox_runtimes SET released_at = now()
-    WHERE uid = $2::text AND runtime_scope_id = $3::text AND generation = $4::bigint
+    WHERE uid = $2::text AND runtime_scope_id = $3::text AND generation = $4::bigint AND sandbox_id = $5::text
       AND released_at IS NULL AND EXISTS (SELECT 1 FROM cleared)
     RETURNING generation
   )
@@ -59,8 +59,12 @@ export async function finalize(db: Database, identity: CleanupIdentity): Promise
     }
     if (facts.workdirPath !== identity.workdirPath || facts.conversationUid !== identity.uid)
       changed.push('workdir');
-    const liveGeneration = facts.liveSandbox?.generation ?? null;
-    if (liveGeneration !== null && liveGeneration !== identity.generation) changed.push('generation');
+    // The live sandbox is named by its id *and* its generation: the provisioner counts generations
+    // per sandbox id, so a sandbox re-created under another id can carry the very same number
+    // (found by the chaos suite: that sandbox was then marked released and never deleted).
+    const live = facts.liveSandbox;
+    if (live !== null && live.sandboxId !== identity.sandboxId) changed.push('sandbox');
+    else if (live !== null && live.generation !== identity.generation) changed.push('generation');
     if (changed.length) return { outcome: FinalizeOutcome.IDENTITY_CHANGED, changed };
 
     const { rows } = await tx.query<{ cleared: number; cleaned_at: string }>(CLEAR_FENCE, [
@@ -68,6 +72,7 @@ export async function finalize(db: Database, identity: CleanupIdentity): Promise
       identity.uid,
       identity.runtimeScopeId,
       identity.generation,
+      identity.sandboxId,
     ]);
     return { outcome: FinalizeOutcome.CLEARED, cleanedAt: new Date(rows[0]!.cleaned_at).toISOString() };
   });

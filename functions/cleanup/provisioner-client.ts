@@ -43,7 +43,10 @@ export function assertSafeSandboxId(sandboxId: string): void {
     sandboxId.length > 512 ||
     sandboxId === '.' ||
     sandboxId === '..' ||
-    hasControlCharacter(sandboxId)
+    hasControlCharacter(sandboxId) ||
+    // A lone surrogate cannot be percent-encoded (encodeURIComponent throws a URIError, which
+    // would be retried as an unknown failure instead of refused at once).
+    /\p{Cs}/u.test(sandboxId)
   ) {
     throw new InvalidMessageError(
       `sandbox id ${JSON.stringify(sandboxId.slice(0, 80))} is not a valid sandbox id`,

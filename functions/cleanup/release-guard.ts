@@ -1,4 +1,5 @@
 import type { Executor } from '../platform/database.ts';
+import { RunNotFoundError } from './errors.ts';
 import { TERMINAL_RUN_STATUSES } from './types.ts';
 
 /**
@@ -37,7 +38,10 @@ export async function checkReleaseStillWanted(
     TERMINAL_RUN_STATUSES,
   ]);
   const row = rows[0];
-  if (!row?.fence_current) return { verdict: ReleaseGuard.FENCE_GONE };
+  // A run that does not exist is not a fence that went away: the contract parks such a message in
+  // the DLQ with its reason (found by the chaos suite: hostile releases were acknowledged silently).
+  if (!row) throw new RunNotFoundError(identity.runId);
+  if (!row.fence_current) return { verdict: ReleaseGuard.FENCE_GONE };
   if (row.active_run_id) return { verdict: ReleaseGuard.SCOPE_ACTIVE, activeRunId: row.active_run_id };
   return { verdict: ReleaseGuard.PROCEED };
 }

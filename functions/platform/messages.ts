@@ -10,12 +10,17 @@ import { ReleaseOutcome } from '../cleanup/types.ts';
 const MAX_ID_LENGTH = 256;
 
 function boundedText(max: number) {
+  // A lone surrogate (valid as a JSON `\ud800` escape) cannot be encoded either: PostgreSQL would
+  // be asked about U+FFFD instead, and a URL cannot carry it at all (encodeURIComponent throws).
   return z
     .string()
     .min(1)
     .max(max)
-    .refine((value) => !value.includes('\u0000'), { message: 'must not contain NUL characters' });
+    .refine((value) => !value.includes('\u0000'), { message: 'must not contain NUL characters' })
+    .refine((value) => !LONE_SURROGATE.test(value), { message: 'must be well-formed Unicode' });
 }
+
+const LONE_SURROGATE = /\p{Cs}/u;
 
 const id = boundedText(MAX_ID_LENGTH);
 const generation = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);

@@ -26,6 +26,24 @@ export interface EventSourceOptions {
   onError?: (error: Error) => void;
   /** Called after each invocation, for progress displays and tests. */
   onInvocation?: (summary: { records: number; failed: number; threw: boolean }) => void;
+  /**
+   * Chaos hook (test/chaos): called once per completed invocation with the messages about to be
+   * deleted; only the messages it returns are deleted. Dropping some emulates a process that
+   * crashed after its handler finished but before the event source deleted them: they come back
+   * after the visibility timeout, as duplicates. Omitted (the default), every one is deleted.
+   */
+  beforeAck?: (invocation: AckInvocation) => Message[] | Promise<Message[]>;
+}
+
+/** What `beforeAck` learns about one invocation. */
+export interface AckInvocation {
+  functionName: string;
+  /** Epoch milliseconds when the handler was invoked. */
+  invokedAt: number;
+  /** Every message of the batch, failed ones included. */
+  messages: readonly Message[];
+  /** The messages the partial batch response reported as processed. */
+  toDelete: Message[];
 }
 
 export interface EventSource {
@@ -125,6 +143,7 @@ export function createEventSource(options: EventSourceOptions): EventSource {
       handleMessageBatch: async (messages) => {
         const event: SQSEvent = { Records: messages.map((m) => toSqsRecord(m, options.queueArn, region)) };
         const context = lambdaContext(options.functionName, options.timeoutSeconds);
+        const invokedAt = Date.now();
         let timer: NodeJS.Timeout | undefined;
         const timedOut = new Promise<'timeout'>((resolve) => {
           timer = setTimeout(() => resolve('timeout'), options.timeoutSeconds * 1000);
@@ -137,7 +156,14 @@ export function createEventSource(options: EventSourceOptions): EventSource {
           }
           const failed = new Set((response?.batchItemFailures ?? []).map((item) => item.itemIdentifier));
           options.onInvocation?.({ records: messages.length, failed: failed.size, threw: false });
-          return messages.filter((m) => !failed.has(m.MessageId!));
+          const toDelete = messages.filter((m) => !failed.has(m.MessageId!));
+          if (!options.beforeAck) return toDelete;
+          return await options.beforeAck({
+            functionName: options.functionName,
+            invokedAt,
+            messages,
+            toDelete,
+          });
         } catch (error) {
           options.onError?.(error as Error);
           options.onInvocation?.({ records: messages.length, failed: messages.length, threw: true });

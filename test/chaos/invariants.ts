@@ -1,0 +1,459 @@
+import type { RunLogEntry, SandboxLogEntry } from './ledger.ts';
+
+/**
+ * The safety invariants, checked by code over what was recorded: the ledger (run and sandbox
+ * transitions, database clock moved onto this process's timeline), the provisioner's audit of
+ * every DELETE, and the release commands the fence check published. Pure functions: the fixed-seed
+ * test feeds them known-bad histories to show each check does fail when its property breaks.
+ *
+ * 1  A fence is cleared only after the generation it guarded was confirmed gone (DELETE answered
+ *    200, 404, or 409 naming a newer generation) later than the fence was last set — for the
+ *    generation recorded when it was set and for every one recorded while it was up. A scope with
+ *    no unreleased generation needs no delete (the "absent" case); a later clear of a re-raised
+ *    fence needs a confirmation after the re-raise.
+ * 2a Every DELETE names a generation (a DELETE without one would delete whatever is live), deletes
+ *    nothing but the generation it names, and names a (sandbox, generation) that a fence check
+ *    captured for that scope; every capture named the scope's generation as it stood while the
+ *    fence was up.
+ * 2b No sandbox was deleted while a non-terminal run of its scope existed.
+ */
+export const Invariant = {
+  FENCE_CLEARED_AFTER_CONFIRMED_DELETE: '1-fence-cleared-only-after-confirmed-delete',
+  ONLY_CAPTURED_GENERATION_DELETED: '2a-only-the-captured-generation-is-deleted',
+  NO_DELETE_UNDER_ACTIVE_RUN: '2b-no-delete-while-a-run-of-the-scope-is-active',
+  NO_LOCK_HELD_DURING_PROVISIONER_CALL: '3-no-cleanup-lock-held-during-a-provisioner-request',
+  CONVERGENCE: '4-every-fence-clears-within-the-bound-once-faults-stop',
+  NOTHING_LOST: '5-nothing-lost',
+  NO_SANDBOX_LEAKED: '1b-no-sandbox-left-behind-by-a-cleared-fence',
+  IDS_PERCENT_ENCODED: 'S1-sandbox-ids-reach-the-provisioner-as-one-percent-encoded-segment',
+} as const;
+export type Invariant = (typeof Invariant)[keyof typeof Invariant];
+
+export interface Violation {
+  invariant: Invariant;
+  /** Stable identity, so a violation found by a periodic check and the final one counts once. */
+  key: string;
+  message: string;
+  details?: Record<string, unknown>;
+}
+
+/** One DELETE the provisioner saw (its audit entry), times on this process's clock. */
+export interface DeleteRequest {
+  seq: number;
+  path: string;
+  sandboxId: string | undefined;
+  generation: number | undefined;
+  status: number | undefined;
+  outcome: string;
+  fault: string | undefined;
+  startedAt: number;
+  endedAt: number | undefined;
+  deletedGeneration: number | undefined;
+}
+
+export interface CapturedRelease {
+  origin: string;
+  sentAtMs: number;
+  runId: string;
+  uid: string;
+  runtimeScopeId: string;
+  sandboxId: string;
+  generation: number;
+  fenceSetAt: string | null;
+}
+
+/** Ledger rows with `atMs`/`pendingSinceMs` already on this process's clock. */
+export interface History {
+  runLog: readonly RunLogEntry[];
+  sandboxLog: readonly SandboxLogEntry[];
+  deletes: readonly DeleteRequest[];
+  /** sandbox id → scope key (`scopeKeyText`). */
+  sandboxScope: ReadonlyMap<string, string>;
+  releases: readonly CapturedRelease[];
+  /** The fenceSetAt text of a message (PostgreSQL's timestamptz text) on this process's clock. */
+  fenceTextToLocalMs: (text: string) => number;
+  /** Only events older than this are judged (later ones may not be fully recorded yet). */
+  settledBeforeMs: number;
+}
+
+export interface CheckCounts {
+  clearsChecked: number;
+  deletesChecked: number;
+  capturesChecked: number;
+  deletionsChecked: number;
+}
+
+const scopeKey = (entry: { uid: string; runtimeScopeId: string }) =>
+  `${entry.uid}\u0000${entry.runtimeScopeId}`;
+
+/**
+ * 200/204, 404, or 409 naming a newer generation than `generation`: the generation is gone. For
+ * 200/204/404 the status line is the answer, so it counts once the headers were sent even if the
+ * body was then cut short (a slow or oversized body the client stopped reading). A 409 says which
+ * generation is current only in its body, so it counts only when answered in full.
+ */
+export function confirmsGone(request: DeleteRequest, generation: number): boolean {
+  if (request.status === undefined) return false;
+  if (request.outcome !== 'answered' && request.outcome !== 'aborted') return false;
+  if (request.status === 200 || request.status === 204 || request.status === 404) return true;
+  if (request.status !== 409 || request.outcome !== 'answered') return false;
+  // A real 409 names the live generation, which is always the newest one ever created (a new one
+  // is created only once the old one is gone), so it is newer; an injected one says what it says.
+  const injected = /^conflict:(\d+)$/.exec(request.fault ?? '');
+  return injected ? Number(injected[1]) > generation : true;
+}
+
+interface Indexed {
+  runsByRun: Map<string, RunLogEntry[]>;
+  runsByScope: Map<string, RunLogEntry[]>;
+  sandboxesByScope: Map<string, SandboxLogEntry[]>;
+  deletesBySandbox: Map<string, DeleteRequest[]>;
+}
+
+function push<K, V>(map: Map<K, V[]>, key: K, value: V): void {
+  const list = map.get(key);
+  if (list) list.push(value);
+  else map.set(key, [value]);
+}
+
+function index(history: History): Indexed {
+  const byTime = <T extends { atMs: number; seq: number }>(a: T, b: T) => a.atMs - b.atMs || a.seq - b.seq;
+  const runsByRun = new Map<string, RunLogEntry[]>();
+  const runsByScope = new Map<string, RunLogEntry[]>();
+  for (const entry of [...history.runLog].sort(byTime)) {
+    push(runsByRun, entry.runId, entry);
+    push(runsByScope, scopeKey(entry), entry);
+  }
+  const sandboxesByScope = new Map<string, SandboxLogEntry[]>();
+  for (const entry of [...history.sandboxLog].sort(byTime)) push(sandboxesByScope, scopeKey(entry), entry);
+  const deletesBySandbox = new Map<string, DeleteRequest[]>();
+  for (const request of history.deletes)
+    if (request.sandboxId !== undefined) push(deletesBySandbox, request.sandboxId, request);
+  return { runsByRun, runsByScope, sandboxesByScope, deletesBySandbox };
+}
+
+/** The scope's recorded sandbox just before `atMs` (ignoring rows written by `exceptTxid`). */
+function stateAt(
+  entries: readonly SandboxLogEntry[],
+  atMs: number,
+  exceptTxid?: string,
+): SandboxLogEntry | undefined {
+  let state: SandboxLogEntry | undefined;
+  for (const entry of entries) {
+    if (entry.atMs >= atMs) break;
+    if (entry.txid !== exceptTxid) state = entry;
+  }
+  return state;
+}
+
+export interface FenceEpoch {
+  runId: string;
+  /** Ledger seq of the row that raised the fence: a key that does not move with clock estimates. */
+  setSeq: number;
+  scope: string;
+  setAtMs: number;
+  setText: string | null;
+  clearAtMs: number | undefined;
+  clearTxid: string | undefined;
+}
+
+/** Each time a run's fence went up, and when (if) it came down again. */
+export function fenceEpochs(runsByRun: Map<string, RunLogEntry[]>): FenceEpoch[] {
+  const epochs: FenceEpoch[] = [];
+  for (const [runId, entries] of runsByRun) {
+    let open: FenceEpoch | undefined;
+    let previous: RunLogEntry | undefined;
+    for (const entry of entries) {
+      if (entry.pending && !previous?.pending) {
+        open = {
+          runId,
+          setSeq: entry.seq,
+          scope: scopeKey(entry),
+          setAtMs: entry.atMs,
+          setText: entry.pendingSinceText,
+          clearAtMs: undefined,
+          clearTxid: undefined,
+        };
+        epochs.push(open);
+      } else if (!entry.pending && previous?.pending && open) {
+        open.clearAtMs = entry.atMs;
+        open.clearTxid = entry.txid;
+        open = undefined;
+      }
+      previous = entry;
+    }
+  }
+  return epochs;
+}
+
+export function checkSafety(history: History): { violations: Violation[]; counts: CheckCounts } {
+  const idx = index(history);
+  const violations: Violation[] = [];
+  const counts: CheckCounts = {
+    clearsChecked: 0,
+    deletesChecked: 0,
+    capturesChecked: 0,
+    deletionsChecked: 0,
+  };
+
+  // --- 1: every clear follows a confirmation of each generation it guarded -------------------
+  for (const epoch of fenceEpochs(idx.runsByRun)) {
+    if (epoch.clearAtMs === undefined || epoch.clearAtMs >= history.settledBeforeMs) continue;
+    counts.clearsChecked += 1;
+    const sandboxes = idx.sandboxesByScope.get(epoch.scope) ?? [];
+    const required = new Map<string, SandboxLogEntry>();
+    const atSet = stateAt(sandboxes, epoch.setAtMs);
+    if (atSet && !atSet.released) required.set(`${atSet.sandboxId}#${atSet.generation}`, atSet);
+    for (const entry of sandboxes) {
+      if (entry.atMs <= epoch.setAtMs || entry.atMs >= epoch.clearAtMs || entry.txid === epoch.clearTxid)
+        continue;
+      if (!entry.released) required.set(`${entry.sandboxId}#${entry.generation}`, entry);
+    }
+    for (const entry of required.values()) {
+      const candidates = idx.deletesBySandbox.get(entry.sandboxId) ?? [];
+      const confirmed = candidates.some(
+        (request) =>
+          request.generation === entry.generation &&
+          request.endedAt !== undefined &&
+          request.endedAt > epoch.setAtMs &&
+          request.endedAt < epoch.clearAtMs! &&
+          confirmsGone(request, entry.generation),
+      );
+      if (confirmed) continue;
+      violations.push({
+        invariant: Invariant.FENCE_CLEARED_AFTER_CONFIRMED_DELETE,
+        key: `1:${epoch.runId}:${epoch.setSeq}:${entry.sandboxId}#${entry.generation}`,
+        message: `fence of ${epoch.runId} cleared without a confirmed delete of ${entry.sandboxId} generation ${entry.generation}`,
+        details: {
+          runId: epoch.runId,
+          fenceSetAtMs: epoch.setAtMs,
+          fenceClearedAtMs: epoch.clearAtMs,
+          sandboxId: entry.sandboxId,
+          generation: entry.generation,
+          deletesOfThatSandbox: candidates.map(describeDelete),
+        },
+      });
+    }
+  }
+
+  // --- 2a: DELETEs name a captured generation and delete only it ------------------------------
+  const capturedPairs = new Map<string, number>();
+  for (const release of history.releases) {
+    const pair = `${release.sandboxId}#${release.generation}`;
+    capturedPairs.set(pair, Math.min(capturedPairs.get(pair) ?? Number.POSITIVE_INFINITY, release.sentAtMs));
+  }
+  for (const request of history.deletes) {
+    if (request.startedAt >= history.settledBeforeMs) continue;
+    const scope = request.sandboxId === undefined ? undefined : history.sandboxScope.get(request.sandboxId);
+    if (scope === undefined) {
+      // A hostile or unknown id: it must not have deleted anything.
+      if (request.deletedGeneration !== undefined) {
+        violations.push({
+          invariant: Invariant.ONLY_CAPTURED_GENERATION_DELETED,
+          key: `2a:unknown:${request.seq}`,
+          message: `a DELETE of an id no scope owns deleted generation ${request.deletedGeneration}`,
+          details: describeDelete(request),
+        });
+      }
+      continue;
+    }
+    counts.deletesChecked += 1;
+    const problems: string[] = [];
+    if (request.generation === undefined) problems.push('the DELETE named no generation');
+    if (request.deletedGeneration !== undefined && request.deletedGeneration !== request.generation) {
+      problems.push(`it deleted generation ${request.deletedGeneration}, not the one it named`);
+    }
+    const capturedAt = capturedPairs.get(`${request.sandboxId}#${request.generation}`);
+    if (capturedAt === undefined || capturedAt > request.startedAt) {
+      problems.push('no fence check captured that (sandbox, generation) before the request');
+    }
+    if (problems.length) {
+      violations.push({
+        invariant: Invariant.ONLY_CAPTURED_GENERATION_DELETED,
+        key: `2a:delete:${request.seq}`,
+        message: `DELETE #${request.seq} of ${request.sandboxId}: ${problems.join('; ')}`,
+        details: describeDelete(request),
+      });
+    }
+  }
+  for (const release of history.releases) {
+    if (release.origin !== 'stack' || release.sentAtMs >= history.settledBeforeMs) continue;
+    counts.capturesChecked += 1;
+    const scope = scopeKey(release);
+    const sandboxes = idx.sandboxesByScope.get(scope) ?? [];
+    const fenceUp = (idx.runsByRun.get(release.runId) ?? []).some(
+      (entry) => entry.pending && entry.pendingSinceText === release.fenceSetAt,
+    );
+    const fromMs =
+      release.fenceSetAt === null ? release.sentAtMs : history.fenceTextToLocalMs(release.fenceSetAt);
+    const states = [
+      stateAt(sandboxes, fromMs),
+      ...sandboxes.filter((e) => e.atMs >= fromMs && e.atMs < release.sentAtMs),
+    ];
+    const named = states.some(
+      (state) =>
+        state !== undefined &&
+        !state.released &&
+        state.sandboxId === release.sandboxId &&
+        state.generation === release.generation,
+    );
+    if (fenceUp && named) continue;
+    violations.push({
+      invariant: Invariant.ONLY_CAPTURED_GENERATION_DELETED,
+      key: `2a:capture:${release.runId}:${release.sandboxId}#${release.generation}:${release.sentAtMs}`,
+      message: fenceUp
+        ? `release of ${release.runId} names ${release.sandboxId}#${release.generation}, not the scope's generation while its fence was up`
+        : `release of ${release.runId} was published for a fence (${release.fenceSetAt}) that never existed`,
+      details: { ...release },
+    });
+  }
+
+  // --- 2b: no deletion while a run of the scope was not terminal ------------------------------
+  const activeIntervals = new Map<string, Array<{ runId: string; from: number; to: number }>>();
+  for (const [runId, entries] of idx.runsByRun) {
+    const first = entries[0]!;
+    const terminal = entries.find((entry) => TERMINAL.has(entry.status));
+    const from = NON_TERMINAL.has(first.status) ? first.atMs : undefined;
+    if (from === undefined) continue;
+    push(activeIntervals, scopeKey(first), { runId, from, to: terminal?.atMs ?? Number.POSITIVE_INFINITY });
+  }
+  for (const request of history.deletes) {
+    if (request.deletedGeneration === undefined || request.startedAt >= history.settledBeforeMs) continue;
+    const scope = request.sandboxId === undefined ? undefined : history.sandboxScope.get(request.sandboxId);
+    if (scope === undefined) continue;
+    counts.deletionsChecked += 1;
+    const end = request.endedAt ?? history.settledBeforeMs;
+    const overlapping = (activeIntervals.get(scope) ?? []).filter(
+      (interval) => interval.from < end && interval.to > request.startedAt,
+    );
+    if (overlapping.length === 0) continue;
+    violations.push({
+      invariant: Invariant.NO_DELETE_UNDER_ACTIVE_RUN,
+      key: `2b:${request.seq}`,
+      message: `${request.sandboxId} generation ${request.deletedGeneration} deleted while run(s) ${overlapping
+        .map((i) => i.runId)
+        .join(', ')} of its scope were not terminal`,
+      details: { delete: describeDelete(request), activeRuns: overlapping },
+    });
+  }
+  return { violations, counts };
+}
+
+const TERMINAL = new Set(['completed', 'failed', 'cancelled', 'interrupted']);
+const NON_TERMINAL = new Set(['pending', 'running', 'cancel_requested']);
+
+function describeDelete(request: DeleteRequest): Record<string, unknown> {
+  return {
+    seq: request.seq,
+    path: request.path,
+    generation: request.generation,
+    status: request.status,
+    outcome: request.outcome,
+    fault: request.fault,
+    startedAt: request.startedAt,
+    endedAt: request.endedAt,
+    deletedGeneration: request.deletedGeneration,
+  };
+}
+
+/** When each root run's fence last came down, and the start of its convergence clock. */
+export interface ConvergenceSample {
+  runId: string;
+  /** Fence set → clear, whatever happened in between. */
+  fenceToClearMs: number;
+  /** From the later of: fence set, the run's faults stopped, its scope's last run turned terminal. */
+  convergenceMs: number;
+  /** The fence was still up when that clock started (else it cleared while faults still fired). */
+  fencedWhenFaultsStopped: boolean;
+}
+
+/**
+ * Invariant 4's measurement: for each root run of a chaos run, the time from "nothing stands in
+ * the way any more" to the fence's last clear.
+ */
+export function convergenceOf(
+  runLog: readonly RunLogEntry[],
+  runs: ReadonlyArray<{ rootRunIds: readonly string[]; faultsStoppedAtMs: number }>,
+): { samples: ConvergenceSample[]; uncleared: string[] } {
+  const idx = index({
+    runLog,
+    sandboxLog: [],
+    deletes: [],
+    sandboxScope: new Map(),
+    releases: [],
+    fenceTextToLocalMs: () => 0,
+    settledBeforeMs: Number.POSITIVE_INFINITY,
+  });
+  const epochs = fenceEpochs(idx.runsByRun);
+  const lastEpoch = new Map<string, FenceEpoch>();
+  for (const epoch of epochs) lastEpoch.set(epoch.runId, epoch);
+  // When each run of a scope became terminal (its first terminal row; later rows, such as the
+  // fence's clear, keep the status and are not transitions).
+  const terminalAt = new Map<string, number[]>();
+  for (const entries of idx.runsByRun.values()) {
+    const first = entries.find((entry) => TERMINAL.has(entry.status));
+    if (first) push(terminalAt, scopeKey(first), first.atMs);
+  }
+  const samples: ConvergenceSample[] = [];
+  const uncleared: string[] = [];
+  for (const run of runs) {
+    for (const runId of run.rootRunIds) {
+      const epoch = lastEpoch.get(runId);
+      if (!epoch) continue;
+      if (epoch.clearAtMs === undefined) {
+        uncleared.push(runId);
+        continue;
+      }
+      const lastTerminal = Math.max(
+        ...(terminalAt.get(epoch.scope) ?? []).filter((atMs) => atMs <= epoch.clearAtMs!),
+      );
+      const start = Math.max(epoch.setAtMs, run.faultsStoppedAtMs, lastTerminal);
+      samples.push({
+        runId,
+        fenceToClearMs: epoch.clearAtMs - epoch.setAtMs,
+        convergenceMs: Math.max(0, epoch.clearAtMs - start),
+        fencedWhenFaultsStopped: epoch.clearAtMs > start,
+      });
+    }
+  }
+  return { samples, uncleared };
+}
+
+export function percentile(values: readonly number[], p: number): number {
+  if (values.length === 0) return 0;
+  const sorted = [...values].sort((a, b) => a - b);
+  const rank = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
+  return sorted[rank]!;
+}
+
+const SANDBOX_PATH = /^\/api\/sandboxes\/([^/]+)$/;
+
+/**
+ * Security check S1 over every DELETE the provisioner saw (hostile ids included): the path is the
+ * collection plus exactly one segment, and that segment percent-decodes to the id the request was
+ * about — no `/`, `?`, `#` or dot-segment of an id ever reached the URL structure.
+ */
+export function checkPathsEncoded(deletes: readonly DeleteRequest[]): {
+  violations: Violation[];
+  checked: number;
+} {
+  const violations: Violation[] = [];
+  for (const request of deletes) {
+    const segment = SANDBOX_PATH.exec(request.path)?.[1];
+    let decoded: string | undefined;
+    try {
+      decoded = segment === undefined ? undefined : decodeURIComponent(segment);
+    } catch {
+      decoded = undefined;
+    }
+    const ok = segment !== undefined && segment !== '.' && segment !== '..' && decoded === request.sandboxId;
+    if (ok) continue;
+    violations.push({
+      invariant: Invariant.IDS_PERCENT_ENCODED,
+      key: `S1:${request.seq}`,
+      message: `DELETE #${request.seq} went to ${JSON.stringify(request.path.slice(0, 120))}, not one encoded segment of its sandbox id`,
+      details: describeDelete(request),
+    });
+  }
+  return { violations, checked: deletes.length };
+}

@@ -1,0 +1,108 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ProvisionerClient } from '../../functions/cleanup/provisioner-client.ts';
+import { type Database, openDatabase } from '../../functions/platform/database.ts';
+import { type LocalProvisioner, startProvisioner } from '../../infra/local/provisioner/server.ts';
+import { createTestDatabase, type TestDatabase } from '../support/database.ts';
+import { finishedRootRun, type Scenario } from '../support/factories.ts';
+import { LockProbe, type ProbeVerdict } from './lock-probe.ts';
+
+/**
+ * Invariant 3's probe, against a deliberately broken "cleanup": a connection that carries the
+ * stack's application name and holds the scope's advisory lock and the run's row lock while a
+ * provisioner DELETE of that scope is in flight. The probe must call that a violation, and must
+ * not blame the stack for locks the chaos suite's own connections hold.
+ */
+const STACK = 'probe-test-stack';
+const WINDOW_MS = 300;
+
+let t: TestDatabase;
+let provisioner: LocalProvisioner;
+let rootDir: string;
+let client: ProvisionerClient;
+let probeDb: Database;
+const pools: Database[] = [];
+
+async function pool(applicationName: string): Promise<Database> {
+  const url = new URL(t.url);
+  url.searchParams.set('application_name', applicationName);
+  const db = await openDatabase({
+    url: url.toString(),
+    wsProxy: t.wsProxy,
+    maxConnections: 2,
+    lockTimeoutMs: 2_000,
+    statementTimeoutMs: 10_000,
+  });
+  pools.push(db);
+  return db;
+}
+
+beforeAll(async () => {
+  t = await createTestDatabase();
+  rootDir = await mkdtemp(join(tmpdir(), 'chaos-probe-'));
+  provisioner = await startProvisioner({ rootDir, graceMs: 100 });
+  client = new ProvisionerClient(provisioner.url);
+  probeDb = await pool('probe-test-probe');
+});
+afterAll(async () => {
+  await client?.close();
+  await provisioner?.stop();
+  await Promise.all(pools.map((db) => db.end()));
+  await t?.drop();
+  await rm(rootDir, { recursive: true, force: true });
+});
+
+/** Sends a DELETE for the scope's sandbox while `holder` keeps a transaction open with its locks. */
+async function deleteWhileHeld(s: Scenario, holder: Database | undefined): Promise<ProbeVerdict> {
+  const probe = new LockProbe(probeDb, STACK, WINDOW_MS);
+  let verdict: ProbeVerdict | undefined;
+  const remove = provisioner.onRequest(async (info) => {
+    if (info.method === 'DELETE' && info.sandboxId === s.sandboxId) {
+      verdict = await probe.probe({ uid: s.uid, runtimeScopeId: s.runtimeScopeId });
+    }
+  });
+  try {
+    const send = () =>
+      client.deleteSandbox({ sandboxId: s.sandboxId, generation: s.generation, deleteTimeoutMs: 5_000 });
+    if (!holder) await send();
+    else {
+      await holder.withTransaction(async (tx) => {
+        await tx.query('SELECT pg_advisory_xact_lock(runtime_cleanup_lock_key($1::text, $2::text))', [
+          s.uid,
+          s.runtimeScopeId,
+        ]);
+        await tx.query('SELECT 1 FROM agent_runs WHERE id = $1::text FOR UPDATE', [s.rootRunId]);
+        await send();
+      });
+    }
+  } finally {
+    remove();
+  }
+  if (!verdict) throw new Error('the probe did not run');
+  return verdict;
+}
+
+describe('the invariant-3 lock probe', () => {
+  it('finds the locks free when no transaction spans the DELETE', async () => {
+    const s = await finishedRootRun(t.db);
+    expect((await deleteWhileHeld(s, undefined)).kind).toBe('free');
+  });
+
+  it('reports a violation when a stack connection holds the scope lock and row lock across the DELETE', async () => {
+    const s = await finishedRootRun(t.db);
+    const verdict = await deleteWhileHeld(s, await pool(STACK));
+    expect(verdict.kind).toBe('violation');
+    if (verdict.kind !== 'violation') return;
+    expect(verdict.heldForMs).toBeGreaterThanOrEqual(WINDOW_MS);
+    expect(new Set(verdict.holders.map((holder) => holder.lock))).toEqual(new Set(['advisory', 'row']));
+    expect(verdict.holders.every((holder) => holder.applicationName === STACK)).toBe(true);
+  });
+
+  it('does not blame the stack for locks another application holds', async () => {
+    const s = await finishedRootRun(t.db);
+    const verdict = await deleteWhileHeld(s, await pool('probe-test-platform'));
+    expect(verdict.kind).toBe('held_by_chaos');
+  });
+});

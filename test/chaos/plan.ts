@@ -1,0 +1,367 @@
+import type { Fault } from '../../infra/local/provisioner/server.ts';
+import type { Rng } from './random.ts';
+
+/**
+ * The fault catalogue and the plan of one chaos run.
+ *
+ * A chaos *run* is one root run's lifecycle in a runtime scope: admitted, its sandbox acquired at
+ * the provisioner, maybe subagents, finished with a random terminal status, announced — and then
+ * cleaned up by the real functions while the faults of its plan fire. Every fault of a run fires
+ * inside its *fault window*, which starts when the root run finishes; when the window closes the
+ * run's faults are lifted, and the convergence clock of the run starts (see invariants.ts).
+ */
+export const FaultKind = {
+  // Provisioner (local provisioner fault table, per sandbox id, `times`-limited)
+  PROVISIONER_LATENCY_BELOW_TIMEOUT: 'provisioner.latency_below_timeout',
+  PROVISIONER_LATENCY_ABOVE_TIMEOUT: 'provisioner.latency_above_timeout',
+  PROVISIONER_HANG: 'provisioner.hang',
+  PROVISIONER_5XX: 'provisioner.5xx',
+  PROVISIONER_OUTAGE: 'provisioner.outage_until_retries_exhausted',
+  PROVISIONER_4XX: 'provisioner.4xx_rejected',
+  PROVISIONER_RESET: 'provisioner.connection_reset',
+  PROVISIONER_RESET_AFTER_DELETE: 'provisioner.reset_after_delete',
+  PROVISIONER_404_ANSWER: 'provisioner.404_answer',
+  PROVISIONER_409_NEWER: 'provisioner.409_newer_generation',
+  PROVISIONER_409_OLDER: 'provisioner.409_older_generation',
+  PROVISIONER_SLOW_BODY_BELOW_TIMEOUT: 'provisioner.slow_body_below_timeout',
+  PROVISIONER_SLOW_BODY_ABOVE_TIMEOUT: 'provisioner.slow_body_above_timeout',
+  PROVISIONER_OVERSIZED_BODY: 'provisioner.oversized_body',
+  // Database
+  DB_BACKEND_TERMINATED: 'db.backend_terminated',
+  DB_ADVISORY_LOCK_HELD_ABOVE_TIMEOUT: 'db.advisory_lock_held_above_lock_timeout',
+  DB_ADVISORY_LOCK_HELD_BELOW_TIMEOUT: 'db.advisory_lock_held_below_lock_timeout',
+  DB_ROW_LOCK_HELD_ABOVE_TIMEOUT: 'db.row_lock_held_above_lock_timeout',
+  // Process
+  CRASH_BEFORE_RELEASE_PUBLISH: 'process.crash_after_fence_check_before_release_publish',
+  CRASH_AFTER_DELETE_BEFORE_FINALIZE_PUBLISH: 'process.crash_after_delete_before_finalize_publish',
+  CRASH_AFTER_FINALIZE_COMMIT_BEFORE_CLEANED: 'process.crash_after_finalize_commit_before_cleaned_publish',
+  CRASH_BEFORE_ACK: 'process.crash_after_handler_before_ack',
+  CRASH_MID_BATCH: 'process.crash_mid_batch',
+  DUPLICATE_DELIVERY: 'process.duplicate_delivery',
+  REORDERED_DELIVERY: 'process.reordered_delivery',
+  ANNOUNCEMENT_LOST: 'process.run_finished_never_announced',
+  // Platform
+  ADMISSION_DURING_CLEANUP: 'platform.admission_attempt_during_cleanup',
+  WORKDIR_CHANGED: 'platform.workdir_changed_mid_release',
+  SANDBOX_RECREATED: 'platform.sandbox_recreated_new_generation',
+  SANDBOX_REPLACED_NEW_ID: 'platform.sandbox_replaced_under_new_id',
+  LATE_CHILD: 'platform.child_run_finishes_late',
+  CONCURRENT_ROOT: 'platform.concurrent_root_run_in_scope',
+  // Input
+  HOSTILE_MESSAGE: 'input.hostile_message',
+} as const;
+export type FaultKind = (typeof FaultKind)[keyof typeof FaultKind];
+
+/**
+ * Provisioner answers that assert something false (the sandbox is gone while it is not). The
+ * contract makes the cleanup trust them, so the fence is cleared and the sandbox stays: such a
+ * scope is retired (never admits a run again) and its leftover sandbox is an *expected* leak,
+ * counted apart from real ones.
+ */
+export const LYING_PROVISIONER_FAULTS: ReadonlySet<FaultKind> = new Set([
+  FaultKind.PROVISIONER_404_ANSWER,
+  FaultKind.PROVISIONER_409_NEWER,
+]);
+
+/** The timeouts the faults are placed around (milliseconds), from the chaos configuration. */
+export interface Timeouts {
+  provisionerDeleteMs: number;
+  databaseLockMs: number;
+  /** A release's whole budget: past it a retried release is certain to have given up. */
+  runtimeCleanupMs: number;
+}
+
+export type ConsumedQueue = 'run-finished' | 'runtime-release.fifo' | 'runtime-finalize';
+export type ConsumerFunction = 'fence-check' | 'release' | 'finalize';
+export type TerminalStatus = 'completed' | 'failed' | 'cancelled' | 'interrupted';
+
+export interface ProvisionerFaultPlan {
+  kind: FaultKind;
+  /** Without `times`, it holds until the fault window closes. */
+  fault: Fault;
+}
+
+export interface RunPlan {
+  index: number;
+  /** Prefer an idle scope that already had runs (admission gating, generation bumps). */
+  reuseScope: boolean;
+  terminalStatus: TerminalStatus;
+  workMs: number;
+  /** Subagents: `lateByMs` null finishes before the root, else that long after it. */
+  children: Array<{ lateByMs: number | null }>;
+  concurrentRoot: boolean;
+  announce: boolean;
+  faultWindowMs: number;
+  provisioner: ProvisionerFaultPlan[];
+  /** Crash points, each armed once for this run. */
+  crashes: Array<
+    | typeof FaultKind.CRASH_BEFORE_RELEASE_PUBLISH
+    | typeof FaultKind.CRASH_AFTER_DELETE_BEFORE_FINALIZE_PUBLISH
+    | typeof FaultKind.CRASH_AFTER_FINALIZE_COMMIT_BEFORE_CLEANED
+  >;
+  /** One dropped acknowledgement per entry, for a message of this run on that function. */
+  droppedAcks: ConsumerFunction[];
+  locks: Array<{ kind: FaultKind; atMs: number; holdMs: number }>;
+  admissionAttemptsAtMs: number[];
+  workdirChangeAtMs: number | null;
+  recreateSandbox: { atMs: number; newId: boolean } | null;
+  replays: Array<{ queue: ConsumedQueue; delayMs: number }>;
+  hostileMessages: number;
+}
+
+/** How often each family of faults is drawn; the CLI's profile and the fixed-seed test's differ. */
+export interface FaultMix {
+  provisionerFault: number;
+  outage: number;
+  crash: number;
+  droppedAck: number;
+  advisoryLock: number;
+  rowLock: number;
+  admissionAttempts: number;
+  workdirChange: number;
+  recreateSandbox: number;
+  children: number;
+  concurrentRoot: number;
+  announcementLost: number;
+  replays: number;
+  hostile: number;
+  /** Upper bound of a run's fault window. */
+  maxFaultWindowMs: number;
+}
+
+export const DEFAULT_MIX: FaultMix = {
+  provisionerFault: 0.75,
+  outage: 0.03,
+  crash: 0.08,
+  droppedAck: 0.1,
+  advisoryLock: 0.1,
+  rowLock: 0.05,
+  admissionAttempts: 0.3,
+  workdirChange: 0.06,
+  recreateSandbox: 0.08,
+  children: 0.2,
+  concurrentRoot: 0.05,
+  announcementLost: 0.03,
+  replays: 0.25,
+  hostile: 0.03,
+  maxFaultWindowMs: 4_000,
+};
+
+const TERMINAL_STATUSES: readonly TerminalStatus[] = ['completed', 'failed', 'cancelled', 'interrupted'];
+
+/** Provisioner faults that end by themselves (`times`), drawn for most runs. */
+const TRANSIENT_PROVISIONER_FAULTS = [
+  FaultKind.PROVISIONER_LATENCY_BELOW_TIMEOUT,
+  FaultKind.PROVISIONER_LATENCY_ABOVE_TIMEOUT,
+  FaultKind.PROVISIONER_HANG,
+  FaultKind.PROVISIONER_5XX,
+  FaultKind.PROVISIONER_4XX,
+  FaultKind.PROVISIONER_RESET,
+  FaultKind.PROVISIONER_RESET_AFTER_DELETE,
+  FaultKind.PROVISIONER_404_ANSWER,
+  FaultKind.PROVISIONER_409_NEWER,
+  FaultKind.PROVISIONER_409_OLDER,
+  FaultKind.PROVISIONER_SLOW_BODY_BELOW_TIMEOUT,
+  FaultKind.PROVISIONER_SLOW_BODY_ABOVE_TIMEOUT,
+  FaultKind.PROVISIONER_OVERSIZED_BODY,
+] as const;
+
+/**
+ * The kinds a small run cycles through first, one per run, so that even a few dozen runs cover
+ * every fault (the fixed-seed test asserts it); draws on top of that stay random.
+ */
+export const COVERAGE_CYCLE: readonly FaultKind[] = [
+  ...TRANSIENT_PROVISIONER_FAULTS,
+  FaultKind.PROVISIONER_OUTAGE,
+  FaultKind.DB_ADVISORY_LOCK_HELD_ABOVE_TIMEOUT,
+  FaultKind.DB_ADVISORY_LOCK_HELD_BELOW_TIMEOUT,
+  FaultKind.DB_ROW_LOCK_HELD_ABOVE_TIMEOUT,
+  FaultKind.CRASH_BEFORE_RELEASE_PUBLISH,
+  FaultKind.CRASH_AFTER_DELETE_BEFORE_FINALIZE_PUBLISH,
+  FaultKind.CRASH_AFTER_FINALIZE_COMMIT_BEFORE_CLEANED,
+  FaultKind.CRASH_BEFORE_ACK,
+  FaultKind.DUPLICATE_DELIVERY,
+  FaultKind.ANNOUNCEMENT_LOST,
+  FaultKind.ADMISSION_DURING_CLEANUP,
+  FaultKind.WORKDIR_CHANGED,
+  FaultKind.SANDBOX_RECREATED,
+  FaultKind.SANDBOX_REPLACED_NEW_ID,
+  FaultKind.LATE_CHILD,
+  FaultKind.CONCURRENT_ROOT,
+  FaultKind.HOSTILE_MESSAGE,
+];
+
+/** The provisioner fault of a kind, placed below or above the delete timeout as its name says. */
+export function provisionerFault(kind: FaultKind, rng: Rng, timeouts: Timeouts, generation: number): Fault {
+  const deleteMs = timeouts.provisionerDeleteMs;
+  switch (kind) {
+    case FaultKind.PROVISIONER_LATENCY_BELOW_TIMEOUT:
+      return {
+        latencyMs: rng.int(Math.round(deleteMs * 0.1), Math.round(deleteMs * 0.7)),
+        times: rng.int(1, 3),
+      };
+    case FaultKind.PROVISIONER_LATENCY_ABOVE_TIMEOUT:
+      return { latencyMs: rng.int(Math.round(deleteMs * 1.2), deleteMs * 3), times: rng.int(1, 2) };
+    case FaultKind.PROVISIONER_HANG:
+      return { hang: true, times: rng.int(1, 2) };
+    case FaultKind.PROVISIONER_5XX:
+      return { status: rng.pick([500, 502, 503, 504]), times: rng.int(1, 4) };
+    case FaultKind.PROVISIONER_OUTAGE:
+      // No `times`: every delete fails until the window closes, long enough to exhaust the
+      // retries (maxReceiveCount) and dead-letter the release; the sweeper must pick it up.
+      return { status: 503 };
+    case FaultKind.PROVISIONER_4XX:
+      return { status: rng.pick([400, 403, 422]), times: 1 };
+    case FaultKind.PROVISIONER_RESET:
+      // Two resets in a row defeat the client's one immediate retry.
+      return { reset: true, times: rng.int(1, 3) };
+    case FaultKind.PROVISIONER_RESET_AFTER_DELETE:
+      return { reset: true, afterHandling: true, times: 1 };
+    case FaultKind.PROVISIONER_404_ANSWER:
+      return { status: 404, times: 1 };
+    case FaultKind.PROVISIONER_409_NEWER:
+      return { conflictGeneration: generation + rng.int(1, 3), times: 1 };
+    case FaultKind.PROVISIONER_409_OLDER:
+      return { conflictGeneration: Math.max(0, generation - rng.int(1, 2)), times: 1 };
+    case FaultKind.PROVISIONER_SLOW_BODY_BELOW_TIMEOUT:
+      return {
+        slowBodyMs: rng.int(Math.round(deleteMs * 0.1), Math.round(deleteMs * 0.6)),
+        times: rng.int(1, 2),
+      };
+    case FaultKind.PROVISIONER_SLOW_BODY_ABOVE_TIMEOUT:
+      return { slowBodyMs: rng.int(Math.round(deleteMs * 1.3), deleteMs * 2), times: 1 };
+    case FaultKind.PROVISIONER_OVERSIZED_BODY:
+      return { oversizedBodyBytes: rng.int(100 * 1024, 4 * 1024 * 1024), times: rng.int(1, 2) };
+    default:
+      throw new Error(`${kind} is not a provisioner fault`);
+  }
+}
+
+/**
+ * Draws the plan of run `index`. Provisioner faults are kept as kinds here; their parameters that
+ * depend on the sandbox (the generation a 409 names) are filled in once it exists.
+ */
+export function drawPlan(
+  index: number,
+  rng: Rng,
+  mix: FaultMix,
+  timeouts: Timeouts,
+  forced: FaultKind | undefined,
+): RunPlan & { provisionerKinds: FaultKind[] } {
+  // A forced run (the coverage cycle) gets its one kind and nothing else, with a window long
+  // enough for the fault to meet its moment: every kind then happens in a few dozen runs.
+  const focused = forced !== undefined;
+  const window = focused
+    ? rng.int(2_000, Math.max(2_000, mix.maxFaultWindowMs))
+    : rng.int(0, mix.maxFaultWindowMs);
+  const at = () => rng.int(0, window);
+  const has = (kind: FaultKind, probability: number) =>
+    forced === kind || (!focused && rng.chance(probability));
+
+  const provisionerKinds: FaultKind[] = [];
+  if (forced && (TRANSIENT_PROVISIONER_FAULTS as readonly FaultKind[]).includes(forced)) {
+    provisionerKinds.push(forced);
+  }
+  if (!focused && rng.chance(mix.provisionerFault)) {
+    const count = rng.chance(0.3) ? 2 : 1;
+    for (let i = 0; i < count; i += 1) provisionerKinds.push(rng.pick(TRANSIENT_PROVISIONER_FAULTS));
+  }
+  if (has(FaultKind.PROVISIONER_OUTAGE, mix.outage)) provisionerKinds.push(FaultKind.PROVISIONER_OUTAGE);
+  const outage = provisionerKinds.includes(FaultKind.PROVISIONER_OUTAGE);
+
+  const crashes: RunPlan['crashes'] = [];
+  for (const kind of [
+    FaultKind.CRASH_BEFORE_RELEASE_PUBLISH,
+    FaultKind.CRASH_AFTER_DELETE_BEFORE_FINALIZE_PUBLISH,
+    FaultKind.CRASH_AFTER_FINALIZE_COMMIT_BEFORE_CLEANED,
+  ] as const) {
+    if (has(kind, mix.crash)) crashes.push(kind);
+  }
+  const droppedAcks: ConsumerFunction[] = [];
+  if (forced === FaultKind.CRASH_BEFORE_ACK) droppedAcks.push('fence-check', 'release', 'finalize');
+  else if (has(FaultKind.CRASH_BEFORE_ACK, mix.droppedAck)) {
+    const count = rng.int(1, 2);
+    for (let i = 0; i < count; i += 1)
+      droppedAcks.push(rng.pick(['fence-check', 'release', 'finalize'] as const));
+  }
+
+  const locks: RunPlan['locks'] = [];
+  const lockMs = timeouts.databaseLockMs;
+  if (has(FaultKind.DB_ADVISORY_LOCK_HELD_ABOVE_TIMEOUT, mix.advisoryLock)) {
+    locks.push({
+      kind: FaultKind.DB_ADVISORY_LOCK_HELD_ABOVE_TIMEOUT,
+      atMs: at(),
+      holdMs: rng.int(lockMs + 100, lockMs * 3),
+    });
+  }
+  if (has(FaultKind.DB_ADVISORY_LOCK_HELD_BELOW_TIMEOUT, mix.advisoryLock / 2)) {
+    locks.push({
+      kind: FaultKind.DB_ADVISORY_LOCK_HELD_BELOW_TIMEOUT,
+      atMs: at(),
+      holdMs: rng.int(Math.round(lockMs * 0.2), Math.round(lockMs * 0.7)),
+    });
+  }
+  if (has(FaultKind.DB_ROW_LOCK_HELD_ABOVE_TIMEOUT, mix.rowLock)) {
+    locks.push({
+      kind: FaultKind.DB_ROW_LOCK_HELD_ABOVE_TIMEOUT,
+      atMs: at(),
+      holdMs: rng.int(lockMs + 100, lockMs * 3),
+    });
+  }
+
+  const admissionAttemptsAtMs: number[] = [];
+  if (has(FaultKind.ADMISSION_DURING_CLEANUP, mix.admissionAttempts)) {
+    // The first attempt comes right after the run finished, while its fence is certainly up.
+    const count = rng.int(1, 3);
+    for (let i = 0; i < count; i += 1) admissionAttemptsAtMs.push(i === 0 ? 0 : at());
+  }
+
+  const children: RunPlan['children'] = [];
+  if (has(FaultKind.LATE_CHILD, mix.children)) {
+    const count = rng.int(1, 3);
+    for (let i = 0; i < count; i += 1) {
+      const late = forced === FaultKind.LATE_CHILD ? i === 0 || rng.chance(0.5) : rng.chance(0.5);
+      children.push({ lateByMs: late ? rng.int(200, Math.max(300, window)) : null });
+    }
+  }
+
+  const replays: RunPlan['replays'] = [];
+  if (has(FaultKind.DUPLICATE_DELIVERY, mix.replays)) {
+    const count = rng.int(1, 3);
+    for (let i = 0; i < count; i += 1) {
+      replays.push({
+        queue: rng.pick(['run-finished', 'runtime-release.fifo', 'runtime-finalize'] as const),
+        delayMs: rng.int(0, window + 6_000),
+      });
+    }
+  }
+
+  const recreate = has(FaultKind.SANDBOX_RECREATED, mix.recreateSandbox / 2)
+    ? { atMs: at(), newId: false }
+    : has(FaultKind.SANDBOX_REPLACED_NEW_ID, mix.recreateSandbox / 2)
+      ? { atMs: at(), newId: true }
+      : null;
+
+  return {
+    index,
+    reuseScope: rng.chance(0.5),
+    terminalStatus: rng.pick(TERMINAL_STATUSES),
+    workMs: rng.int(0, 300),
+    children,
+    concurrentRoot: has(FaultKind.CONCURRENT_ROOT, mix.concurrentRoot),
+    announce: !has(FaultKind.ANNOUNCEMENT_LOST, mix.announcementLost),
+    // An outage must outlast maxReceiveCount receives (about 8 × 1–2 s of backoff) to exhaust them;
+    // a re-provisioning needs time to catch the moment between the delete and the finalize.
+    faultWindowMs: Math.max(window, outage ? 14_000 : 0, recreate ? 2_500 : 0),
+    provisioner: [],
+    provisionerKinds,
+    crashes,
+    droppedAcks,
+    locks,
+    admissionAttemptsAtMs,
+    workdirChangeAtMs: has(FaultKind.WORKDIR_CHANGED, mix.workdirChange) ? at() : null,
+    recreateSandbox: recreate,
+    replays,
+    hostileMessages: has(FaultKind.HOSTILE_MESSAGE, mix.hostile) ? rng.int(1, 3) : 0,
+  };
+}

@@ -1,0 +1,299 @@
+import { randomUUID } from 'node:crypto';
+import type { Database } from '../../functions/platform/database.ts';
+import type { Queues } from '../../functions/platform/queues.ts';
+import type { AdmittedRun, PlatformSimulator } from '../../infra/local/platform.ts';
+import type { LocalProvisioner } from '../../infra/local/provisioner/server.ts';
+import { preciseNow } from './clock.ts';
+import { holdLock } from './db-faults.ts';
+import type { MessageLog, SentMessage } from './message-log.ts';
+import {
+  type ConsumedQueue,
+  FaultKind,
+  LYING_PROVISIONER_FAULTS,
+  provisionerFault,
+  type RunPlan,
+  type Timeouts,
+} from './plan.ts';
+import {
+  changeWorkdir,
+  type FenceWatcher,
+  type RecreateOutcome,
+  recreateSandbox,
+  type ScopePool,
+  type ScopeState,
+} from './platform-ops.ts';
+import type { Rng } from './random.ts';
+
+/**
+ * Plays one chaos run: the lifecycle of a root run (and any sibling root, subagents, or runs
+ * admitted by the admission attempts), with every fault of its plan fired inside its fault window,
+ * then the faults lifted and the fences awaited. What happened is returned as a RunRecord; the
+ * invariants are checked elsewhere, against the ledger and the provisioner's audit.
+ */
+export interface RunContext {
+  platform: PlatformSimulator;
+  platformDb: Database;
+  lockerDb: Database;
+  provisioner: LocalProvisioner;
+  provisionerUrl: string;
+  messages: MessageLog;
+  replayQueues: Queues;
+  hostileQueues: Queues;
+  scopes: ScopePool;
+  fences: FenceWatcher;
+  timeouts: Timeouts;
+  /** Hostile bodies, drawn for this run from the seed. */
+  hostileBodies: (rng: Rng, count: number) => Array<{ queue: ConsumedQueue; body: string }>;
+  /** How long a run waits for its fences after its faults stopped before it is reported as stuck. */
+  clearTimeoutMs: number;
+  /** Work that outlives the run (late replays); awaited before the final checks. */
+  background: Set<Promise<unknown>>;
+}
+
+export interface RunRecord {
+  index: number;
+  kinds: FaultKind[];
+  scope: { uid: string; runtimeScopeId: string };
+  /** Root runs this chaos run created (the lifecycle's root, a sibling, admitted extras). */
+  rootRunIds: string[];
+  childRunIds: string[];
+  finishedAtMs: number;
+  faultsStoppedAtMs: number;
+  cleared: boolean;
+  admissions: { attempts: number; refused: number; admitted: number };
+  recreate: RecreateOutcome | null;
+  expectedLeak: boolean;
+  errors: string[];
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
+
+export async function playRun(
+  ctx: RunContext,
+  plan: RunPlan & { provisionerKinds: FaultKind[] },
+  rng: Rng,
+): Promise<RunRecord> {
+  const { platform, messages, provisioner } = ctx;
+  const kinds = new Set<FaultKind>();
+  const errors: string[] = [];
+  const note = (kind: FaultKind, by = 1) => {
+    kinds.add(kind);
+    messages.count(kind, by);
+  };
+  const guard = async <T>(what: string, work: () => Promise<T>): Promise<T | undefined> => {
+    try {
+      return await work();
+    } catch (error) {
+      errors.push(`${what}: ${(error as Error).message}`);
+      return undefined;
+    }
+  };
+
+  const scope = await ctx.scopes.take(plan.reuseScope, (length) => rng.int(0, length - 1));
+  scope.runs += 1;
+  const root = await admitUntilFree(ctx, scope);
+  const roots: AdmittedRun[] = [root];
+  const childRunIds: string[] = [];
+  const lying = plan.provisionerKinds.some((kind) => LYING_PROVISIONER_FAULTS.has(kind));
+  if (lying) scope.retired = true;
+
+  if (plan.concurrentRoot) {
+    const sibling = await platform.admitRootRun(scope.ref);
+    if (sibling) {
+      ctx.scopes.noteSandbox(scope, sibling.sandboxId);
+      roots.push(sibling);
+      note(FaultKind.CONCURRENT_ROOT);
+    }
+  }
+  const lateChildren: Array<{ runId: string; lateByMs: number }> = [];
+  for (const child of plan.children) {
+    const runId = await platform.startSubagent(root);
+    childRunIds.push(runId);
+    if (child.lateByMs === null) continue;
+    lateChildren.push({ runId, lateByMs: child.lateByMs });
+    note(FaultKind.LATE_CHILD);
+  }
+
+  // Provisioner faults go on the sandbox before anything can delete it; the generation a 409
+  // names is relative to the one just acquired.
+  for (const kind of plan.provisionerKinds) {
+    const fault = provisionerFault(kind, rng, ctx.timeouts, root.generation);
+    provisioner.setFault(root.sandboxId, fault);
+    note(kind);
+  }
+  for (const run of roots) {
+    for (const crash of plan.crashes) messages.armCrash(run.runId, crash);
+    for (const fn of plan.droppedAcks) messages.dropAck(run.runId, fn);
+  }
+
+  await sleep(plan.workMs);
+  for (const [index, runId] of childRunIds.entries()) {
+    if (plan.children[index]?.lateByMs === null) await platform.finishRun(runId, 'completed');
+  }
+  for (const sibling of roots.slice(1)) await platform.finishRun(sibling.runId, plan.terminalStatus);
+  const finishedAtMs = preciseNow();
+  if (!plan.announce) note(FaultKind.ANNOUNCEMENT_LOST);
+  await platform.finishRun(root.runId, plan.terminalStatus, { announce: plan.announce });
+
+  // --- the fault window ---------------------------------------------------------------------
+  const inWindow: Array<Promise<unknown>> = [];
+  const at = (ms: number, work: () => Promise<unknown>) =>
+    inWindow.push(sleep(ms).then(() => guard('fault', work)));
+
+  for (const child of lateChildren) at(child.lateByMs, () => platform.finishRun(child.runId, 'completed'));
+  for (const lock of plan.locks) {
+    at(lock.atMs, async () => {
+      const target =
+        lock.kind === FaultKind.DB_ROW_LOCK_HELD_ABOVE_TIMEOUT
+          ? { kind: 'row' as const, runId: root.runId }
+          : { kind: 'advisory' as const, uid: scope.ref.uid, runtimeScopeId: scope.ref.runtimeScopeId };
+      if (await holdLock(ctx.lockerDb, target, lock.holdMs)) note(lock.kind);
+    });
+  }
+  const admissions = { attempts: 0, refused: 0, admitted: 0 };
+  for (const atMs of plan.admissionAttemptsAtMs) {
+    at(atMs, async () => {
+      admissions.attempts += 1;
+      note(FaultKind.ADMISSION_DURING_CLEANUP);
+      const admitted = await platform.admitRootRun(scope.ref);
+      if (!admitted) {
+        admissions.refused += 1;
+        return;
+      }
+      // The fence was already down: a legitimate new run, which must be cleaned up in turn.
+      admissions.admitted += 1;
+      ctx.scopes.noteSandbox(scope, admitted.sandboxId);
+      roots.push(admitted);
+      await platform.finishRun(admitted.runId, plan.terminalStatus);
+    });
+  }
+  if (plan.workdirChangeAtMs !== null) {
+    at(plan.workdirChangeAtMs, async () => {
+      await changeWorkdir(ctx.platformDb, scope.ref);
+      note(FaultKind.WORKDIR_CHANGED);
+    });
+  }
+  let recreate: RecreateOutcome | null = null;
+  if (plan.recreateSandbox) {
+    const { newId } = plan.recreateSandbox;
+    const windowEnd = finishedAtMs + plan.faultWindowMs;
+    inWindow.push(
+      guard('recreate', async () => {
+        // Right after the cleanup's DELETE, before its finalize: the moment the identity check of
+        // phase 3 exists for. Wait for the DELETE to arrive, then re-provision as soon as the old
+        // sandbox is gone, unless the fence drops first or the window closes.
+        await provisioner
+          .waitForRequest(
+            (entry) => entry.method === 'DELETE' && scope.sandboxIds.has(entry.sandboxId ?? ''),
+            plan.faultWindowMs,
+          )
+          .catch(() => undefined);
+        for (;;) {
+          recreate = await recreateSandbox(ctx.platformDb, ctx.provisionerUrl, scope, newId, (id) =>
+            ctx.scopes.noteSandbox(scope, id),
+          );
+          if (recreate === 'recreated' || recreate === 'replaced') {
+            note(newId ? FaultKind.SANDBOX_REPLACED_NEW_ID : FaultKind.SANDBOX_RECREATED);
+            return;
+          }
+          if (recreate === 'not_fenced' || preciseNow() + 50 > windowEnd) return;
+          await sleep(15);
+        }
+      }),
+    );
+  }
+  if (plan.hostileMessages > 0) {
+    at(0, async () => {
+      for (const { queue, body } of ctx.hostileBodies(rng, plan.hostileMessages)) {
+        await ctx.hostileQueues.send(
+          queue,
+          body,
+          queue === 'runtime-release.fifo'
+            ? { groupId: `hostile-${randomUUID()}`, deduplicationId: randomUUID() }
+            : {},
+        );
+        note(FaultKind.HOSTILE_MESSAGE);
+      }
+    });
+  }
+  for (const replay of plan.replays) {
+    const runIds = () => roots.map((run) => run.runId);
+    const work = sleep(replay.delayMs).then(() =>
+      guard('replay', async () => {
+        const replayed = await replayOne(ctx, runIds(), replay.queue, rng);
+        if (replayed) note(FaultKind.DUPLICATE_DELIVERY);
+        if (replayed === 'reordered') note(FaultKind.REORDERED_DELIVERY);
+      }),
+    );
+    ctx.background.add(work);
+    void work.finally(() => ctx.background.delete(work));
+  }
+
+  await sleep(plan.faultWindowMs);
+  await Promise.all(inWindow);
+  // --- faults stop ----------------------------------------------------------------------------
+  for (const sandboxId of scope.sandboxIds) provisioner.clearFaults(sandboxId);
+  for (const run of roots) messages.disarm(run.runId);
+  const faultsStoppedAtMs = preciseNow();
+
+  const cleared = await ctx.fences.waitCleared(
+    roots.map((run) => run.runId),
+    ctx.clearTimeoutMs,
+  );
+  ctx.scopes.give(scope);
+  return {
+    index: plan.index,
+    kinds: [...kinds],
+    scope: { uid: scope.ref.uid, runtimeScopeId: scope.ref.runtimeScopeId },
+    rootRunIds: roots.map((run) => run.runId),
+    childRunIds,
+    finishedAtMs,
+    faultsStoppedAtMs,
+    cleared,
+    admissions,
+    recreate,
+    expectedLeak: lying,
+    errors,
+  };
+}
+
+/** A reused scope is idle (its fences were seen clear), so admission succeeds; retried for safety. */
+async function admitUntilFree(ctx: RunContext, scope: ScopeState): Promise<AdmittedRun> {
+  for (let attempt = 0; ; attempt += 1) {
+    const admitted = await ctx.platform.admitRootRun(scope.ref);
+    if (admitted) {
+      ctx.scopes.noteSandbox(scope, admitted.sandboxId);
+      return admitted;
+    }
+    if (attempt > 200) throw new Error(`scope ${scope.ref.runtimeScopeId} never became free for a new run`);
+    await sleep(100);
+  }
+}
+
+/**
+ * Sends again a message the system already sent about one of the runs — a duplicate, and, when a
+ * later message about the run exists, a reordered one. FIFO duplicates get a new deduplication id:
+ * a real duplicate delivery is not a re-send of the same id, and fauxqs would drop that silently.
+ */
+async function replayOne(
+  ctx: RunContext,
+  runIds: string[],
+  queue: ConsumedQueue,
+  rng: Rng,
+): Promise<'duplicate' | 'reordered' | undefined> {
+  const all: SentMessage[] = runIds.flatMap((runId) =>
+    ctx.messages
+      .messagesOf(runId)
+      .filter((message) => message.origin !== 'replay' && message.origin !== 'hostile'),
+  );
+  const candidates = all.filter((message) => message.queue === queue);
+  if (candidates.length === 0) return undefined;
+  const original = rng.pick(candidates);
+  const options =
+    queue === 'runtime-release.fifo'
+      ? { groupId: original.options.groupId ?? 'replay', deduplicationId: randomUUID() }
+      : {};
+  await ctx.replayQueues.send(queue, original.body, options);
+  const later = all.some((message) => message.sentAtMs > original.sentAtMs);
+  return later ? 'reordered' : 'duplicate';
+}

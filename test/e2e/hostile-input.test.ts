@@ -1,0 +1,357 @@
+import { randomUUID } from 'node:crypto';
+import type { Message } from '@aws-sdk/client-sqs';
+import type { Context, SQSEvent, SQSRecord } from 'aws-lambda';
+import fc from 'fast-check';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { QueueUnavailableError } from '../../functions/cleanup/errors.ts';
+import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
+import { ProvisionerClient } from '../../functions/cleanup/provisioner-client.ts';
+import { FenceCheckOutcome } from '../../functions/cleanup/types.ts';
+import { createFenceCheckHandler } from '../../functions/fence-check/handler.ts';
+import { createFinalizeHandler } from '../../functions/finalize/handler.ts';
+import { createProvider } from '../../functions/platform/dependencies.ts';
+import { createTelemetry } from '../../functions/platform/observability.ts';
+import { deadLetterQueueName, type Queues, type SendOptions } from '../../functions/platform/queues.ts';
+import { createReleaseHandler } from '../../functions/release/handler.ts';
+import {
+  expectedFate,
+  FATE_CODES,
+  forEmulator,
+  HOSTILE_STRINGS,
+  hostileBodies,
+  hostileMessage,
+  hostileText,
+  SQS_TEXT,
+} from '../chaos/hostile.ts';
+import { takeAll } from '../chaos/message-log.ts';
+import type { ConsumedQueue } from '../chaos/plan.ts';
+import { createTestDatabase, type TestDatabase } from '../support/database.ts';
+import { fenceOf, finishedRootRun } from '../support/factories.ts';
+import { eventually, startTestStack, type TestStack } from '../support/stack.ts';
+
+/**
+ * Hostile queue bodies, property-based (fast-check): malformed JSON, wrong types, quotes and SQL,
+ * NUL, lone surrogates, emoji, ~200 KB strings, path-traversal and URL-breaking sandbox ids — alone
+ * or planted in an otherwise valid command. Each batch mixes them with one valid message.
+ *
+ * The handlers are invoked directly with a batch built here (the emulator never returns a chosen
+ * mix in one receive), on the real database, provisioner and SQS emulator. Their sends go through
+ * `sqsRules`, which applies SQS's own character rule to the body *and every attribute* as SQS does
+ * (fauxqs checks only bodies, and wrongly refuses astral characters such as emoji, so the body it
+ * stores has those escaped). A dead letter whose reason SQS would refuse is thus a failure here,
+ * as it would be in AWS.
+ */
+let t: TestDatabase;
+let stack: TestStack;
+beforeAll(async () => {
+  t = await createTestDatabase();
+  stack = await startTestStack(t);
+});
+afterAll(async () => {
+  await stack?.stop();
+  await t?.drop();
+});
+
+interface Sent {
+  queue: string;
+  body: string;
+  attributes: Record<string, string>;
+}
+
+/** Sends the emulator refused, for the failure message of a property. */
+const sendFailures: string[] = [];
+
+/** The stack's queues, with SQS's validation of every text it sends. */
+function sqsRules(inner: Queues, sent: Sent[]): Queues {
+  return {
+    ...inner,
+    async send(queue: string, body: unknown, options: SendOptions = {}) {
+      const text = typeof body === 'string' ? body : JSON.stringify(body);
+      const attributes = options.attributes ?? {};
+      for (const [name, value] of [['body', text], ...Object.entries(attributes)] as const) {
+        if (!SQS_TEXT.test(value)) {
+          throw new QueueUnavailableError(
+            `SQS SendMessage on ${queue} failed: InvalidMessageContents in ${name}`,
+            {
+              queue,
+            },
+          );
+        }
+      }
+      try {
+        const id = await inner.send(queue, forEmulator(text), options);
+        sent.push({ queue, body: text, attributes });
+        return id;
+      } catch (error) {
+        sendFailures.push(`${queue}: ${(error as Error).message.slice(0, 300)} (body ${text.length} chars)`);
+        throw error;
+      }
+    },
+  };
+}
+
+/** Bodies SQS can deliver: its character set (anything else never reaches a consumer). */
+const deliverable = (body: string) =>
+  body.replace(/[^\t\n\r\u0020-\uD7FF\uE000-\uFFFD\u{10000}-\u{10FFFF}]/gu, '?') || '?';
+
+function record(queue: ConsumedQueue, body: string, groupId: string): SQSRecord {
+  return {
+    messageId: randomUUID(),
+    receiptHandle: `hostile-${randomUUID()}`,
+    body,
+    attributes: {
+      ApproximateReceiveCount: '1',
+      SentTimestamp: String(Date.now()),
+      SenderId: 'hostile-test',
+      ApproximateFirstReceiveTimestamp: String(Date.now()),
+      ...(queue === 'runtime-release.fifo'
+        ? { MessageGroupId: groupId, MessageDeduplicationId: randomUUID() }
+        : {}),
+    },
+    messageAttributes: {},
+    md5OfBody: '',
+    eventSource: 'aws:sqs',
+    eventSourceARN: `arn:aws:sqs:us-east-1:000000000000:${queue}`,
+    awsRegion: 'us-east-1',
+  };
+}
+
+function lambdaContext(): Context {
+  const deadline = Date.now() + 30_000;
+  return {
+    callbackWaitsForEmptyEventLoop: false,
+    functionName: 'hostile-input-test',
+    functionVersion: '$LATEST',
+    invokedFunctionArn: 'arn:aws:lambda:local:000000000000:function:hostile-input-test',
+    memoryLimitInMB: '256',
+    awsRequestId: randomUUID(),
+    logGroupName: '/aws/lambda/hostile-input-test',
+    logStreamName: 'local',
+    getRemainingTimeInMillis: () => Math.max(0, deadline - Date.now()),
+    done: () => {},
+    fail: () => {},
+    succeed: () => {},
+  };
+}
+
+/** A valid message for the queue, about a fresh fenced run, and what its processing must show. */
+async function validMessage(
+  queue: ConsumedQueue,
+  sent: Sent[],
+): Promise<{ body: string; groupId: string; done: () => Promise<void> }> {
+  const s = await finishedRootRun(t.db);
+  const groupId = `${s.uid}:${s.runtimeScopeId}`;
+  const publishedFor = (target: string) =>
+    sent.some((m) => m.queue === target && m.body.includes(s.rootRunId));
+  if (queue === 'run-finished') {
+    return {
+      body: JSON.stringify({ runId: s.rootRunId }),
+      groupId,
+      done: async () => expect(publishedFor('runtime-release.fifo')).toBe(true),
+    };
+  }
+  const checked = await fenceCheck(t.db, s.rootRunId);
+  if (checked.outcome !== FenceCheckOutcome.RELEASE_NEEDED) throw new Error(`unexpected ${checked.outcome}`);
+  if (queue === 'runtime-release.fifo') {
+    return {
+      body: JSON.stringify({ ...checked.identity, requestedAt: new Date().toISOString() }),
+      groupId,
+      // No sandbox exists at the provisioner for this run: the delete answers 404, then finalize.
+      done: async () => expect(publishedFor('runtime-finalize')).toBe(true),
+    };
+  }
+  return {
+    body: JSON.stringify({
+      ...checked.identity,
+      releaseOutcome: 'absent',
+      releasedAt: new Date().toISOString(),
+    }),
+    groupId,
+    done: async () => expect(await fenceOf(t.db, s.rootRunId)).toBe(false),
+  };
+}
+
+async function tableCounts(): Promise<Record<string, number>> {
+  const { rows } = await t.db.query<{ name: string; n: number }>(
+    `SELECT 'agent_runs' AS name, count(*)::int AS n FROM agent_runs
+     UNION ALL SELECT 'conversations', count(*)::int FROM conversations
+     UNION ALL SELECT 'sandbox_runtimes', count(*)::int FROM sandbox_runtimes`,
+  );
+  return Object.fromEntries(rows.map((row) => [row.name, row.n]));
+}
+
+describe('hostile queue bodies', () => {
+  for (const queue of ['run-finished', 'runtime-release.fifo', 'runtime-finalize'] as const) {
+    it(`${queue}: each hostile body is dead-lettered at once with a reason SQS accepts, and the valid message of the same batch is processed`, async () => {
+      const sent: Sent[] = [];
+      const deps = {
+        config: stack.config,
+        db: stack.db,
+        queues: sqsRules(stack.queues, sent),
+        telemetry: createTelemetry({
+          functionName: 'hostile-input-test',
+          logLevel: process.env.HOSTILE_LOG ?? 'SILENT',
+        }),
+        provider: createProvider(stack.config, stack.provisionerUrl),
+      };
+      const handler =
+        queue === 'run-finished'
+          ? createFenceCheckHandler(deps)
+          : queue === 'runtime-release.fifo'
+            ? createReleaseHandler(deps)
+            : createFinalizeHandler(deps);
+      const before = await tableCounts();
+
+      await fc.assert(
+        fc.asyncProperty(
+          fc.array(hostileBodies[queue].map(deliverable), { minLength: 1, maxLength: 5 }),
+          fc.nat(),
+          async (bodies, position) => {
+            const valid = await validMessage(queue, sent);
+            const hostile = bodies.map((body, i) => ({
+              body,
+              record: record(queue, body, `hostile-${i}-${randomUUID()}`),
+            }));
+            const records = hostile.map((h) => h.record);
+            const validRecord = record(queue, valid.body, valid.groupId);
+            records.splice(position % (records.length + 1), 0, validRecord);
+
+            const response = await handler({ Records: records } satisfies SQSEvent, lambdaContext());
+
+            expect(response.batchItemFailures, sendFailures.join('\n')).toEqual([]);
+            const letters = sent.filter((m) => m.queue === deadLetterQueueName(queue));
+            for (const { body, record: r } of hostile) {
+              const mine = letters.filter((m) => m.attributes.sourceMessageId === r.messageId);
+              expect(mine).toHaveLength(1);
+              expect(FATE_CODES[expectedFate(queue, body)]).toContain(mine[0]!.attributes.errorCode);
+              expect(mine[0]!.attributes.reason?.length).toBeGreaterThan(0);
+              expect(mine[0]!.attributes.sourceQueue).toBe(queue);
+            }
+            expect(letters.filter((m) => m.attributes.sourceMessageId === validRecord.messageId)).toEqual([]);
+            await valid.done();
+          },
+        ),
+        { numRuns: 25, seed: 20261130 },
+      );
+
+      // Nothing was dropped or emptied by a body that tried to; only the test's own rows were added.
+      const after = await tableCounts();
+      for (const [table, n] of Object.entries(before)) expect(after[table]).toBeGreaterThanOrEqual(n);
+    });
+  }
+
+  it('a dead-letter reason stays valid SQS text when the body’s echo is cut inside an emoji', async () => {
+    // V8's JSON.parse message quotes the start of the body and cuts it by UTF-16 units, which can
+    // split a surrogate pair; the reason then holds a lone surrogate, which SQS refuses in a message
+    // attribute — the dead letter would fail and the message be retried instead of parked.
+    const sent: Sent[] = [];
+    const handler = createFenceCheckHandler({
+      config: stack.config,
+      db: stack.db,
+      queues: sqsRules(stack.queues, sent),
+      telemetry: createTelemetry({ functionName: 'hostile-input-test', logLevel: 'SILENT' }),
+    });
+    await fc.assert(
+      fc.asyncProperty(
+        fc.integer({ min: 1, max: 60 }),
+        fc.constantFrom('x', 'ab', '{'),
+        async (count, prefix) => {
+          const body = `${prefix}${'😀'.repeat(count)}`;
+          const r = record('run-finished', body, 'unused');
+          const response = await handler({ Records: [r] }, lambdaContext());
+          expect(response.batchItemFailures).toEqual([]);
+          const letter = sent.find((m) => m.attributes.sourceMessageId === r.messageId);
+          expect(letter?.attributes.errorCode).toBe('MESSAGE_INVALID');
+          expect(letter?.attributes.reason).toMatch(SQS_TEXT);
+        },
+      ),
+      { numRuns: 30, seed: 7 },
+    );
+  });
+
+  it('through the real event sources: hostile messages land in their DLQs with reason and errorCode, and the stack keeps cleaning up', async () => {
+    const samples = fc.sample(hostileMessage, { numRuns: 18, seed: 42 });
+    const sentIds = new Map<string, { queue: ConsumedQueue; body: string }>();
+    for (const { queue, body } of samples) {
+      const id = await stack.queues.send(
+        queue,
+        body,
+        queue === 'runtime-release.fifo'
+          ? { groupId: `hostile-${randomUUID()}`, deduplicationId: randomUUID() }
+          : {},
+      );
+      sentIds.set(id, { queue, body });
+    }
+    const scope = await stack.platform.createScope();
+    const run = (await stack.platform.admitRootRun(scope))!;
+    await stack.platform.finishRun(run.runId, 'completed');
+    await eventually(
+      'the valid run sent after the hostile ones is cleaned up',
+      async () => !(await fenceOf(t.db, run.runId)),
+    );
+
+    const expectedLetters = [...sentIds.entries()];
+    // Taken off the DLQs (and kept) as they arrive: a peek sees at most one receive's worth.
+    const letters = new Map<string | undefined, Message>();
+    await eventually('every hostile message is dead-lettered', async () => {
+      for (const queue of ['run-finished', 'runtime-release.fifo', 'runtime-finalize']) {
+        for (const message of await takeAll(stack.sqs, stack.queueUrl(deadLetterQueueName(queue)))) {
+          letters.set(message.MessageAttributes?.sourceMessageId?.StringValue, message);
+        }
+      }
+      return expectedLetters.every(([id]) => letters.has(id));
+    });
+    for (const [id, { queue, body }] of expectedLetters) {
+      const attributes = letters.get(id)!.MessageAttributes!;
+      expect(FATE_CODES[expectedFate(queue, body)]).toContain(attributes.errorCode?.StringValue);
+      expect(attributes.reason?.StringValue?.length).toBeGreaterThan(0);
+      expect(attributes.sourceQueue?.StringValue).toBe(queue);
+    }
+    expect(stack.errors).toEqual([]);
+  });
+});
+
+describe('hostile sandbox ids at the provisioner', () => {
+  it('reach the provisioner percent-encoded as one path segment, or are refused before any request', async () => {
+    const client = new ProvisionerClient(stack.provisionerUrl);
+    const provisioner = stack.provisioner!;
+    try {
+      await fc.assert(
+        fc.asyncProperty(
+          fc.oneof(
+            fc.constantFrom(...HOSTILE_STRINGS),
+            hostileText.filter((s) => s.length <= 600),
+          ),
+          async (id) => {
+            const before = provisioner.audit().length;
+            let refused = false;
+            try {
+              await client.deleteSandbox({ sandboxId: id, generation: 1, deleteTimeoutMs: 5_000 });
+            } catch (error) {
+              expect((error as { code?: string }).code).toBe('MESSAGE_INVALID');
+              refused = true;
+            }
+            const requests = provisioner.audit().slice(before);
+            if (refused) {
+              expect(requests).toEqual([]);
+              return;
+            }
+            expect(requests).toHaveLength(1);
+            const [request] = requests;
+            const segment = request!.path.slice('/api/sandboxes/'.length);
+            expect(request!.path.startsWith('/api/sandboxes/')).toBe(true);
+            expect(segment).not.toContain('/');
+            expect(segment).not.toMatch(/^\.{1,2}$/);
+            expect(decodeURIComponent(segment)).toBe(id);
+            expect(request!.sandboxId).toBe(id);
+            // A sandbox nobody created: 404, never a control route's answer nor another sandbox's.
+            expect(request!.status).toBe(404);
+          },
+        ),
+        { numRuns: 120, seed: 11 },
+      );
+    } finally {
+      await client.close();
+    }
+  });
+});

@@ -2,11 +2,13 @@ import {
   ChangeMessageVisibilityCommand,
   GetQueueUrlCommand,
   type MessageAttributeValue,
+  SendMessageBatchCommand,
   SendMessageCommand,
   SQSClient,
 } from '@aws-sdk/client-sqs';
 import definitions from '../../infra/queues.json' with { type: 'json' };
 import { QueueUnavailableError } from '../cleanup/errors.ts';
+import { type BatchEntry, type BatchOutcome, createSendBatcher } from './send-batcher.ts';
 
 /**
  * The queues, by the contract's base names, and the few SQS calls the functions make. Queue
@@ -119,29 +121,57 @@ export function createQueues(options: QueuesOptions = {}): Queues {
     return cached;
   };
 
+  const sendBatch = async (queue: string, entries: BatchEntry[]): Promise<BatchOutcome> => {
+    const queueUrl = await url(queue);
+    if (entries.length === 1) {
+      const result = await call('SendMessage', queue, () =>
+        client.send(new SendMessageCommand({ QueueUrl: queueUrl, ...entries[0]! })),
+      );
+      return { sent: new Map([[0, result.MessageId ?? '']]), failed: new Map() };
+    }
+    const result = await call('SendMessageBatch', queue, () =>
+      client.send(
+        new SendMessageBatchCommand({
+          QueueUrl: queueUrl,
+          Entries: entries.map((entry, index) => ({ Id: String(index), ...entry })),
+        }),
+      ),
+    );
+    const sent = new Map((result.Successful ?? []).map((entry) => [Number(entry.Id), entry.MessageId ?? '']));
+    const failed = new Map(
+      (result.Failed ?? []).map((entry) => [
+        Number(entry.Id),
+        new QueueUnavailableError(
+          `SQS SendMessageBatch on ${queue} refused an entry: ${entry.Code} ${entry.Message ?? ''}`,
+          {
+            queue,
+            operation: 'SendMessageBatch',
+            code: entry.Code,
+            senderFault: entry.SenderFault,
+          },
+        ),
+      ]),
+    );
+    return { sent, failed };
+  };
+  const sendBatched = createSendBatcher(sendBatch);
+
   return {
     client,
     stats,
     url,
     async send(queue, body, sendOptions = {}) {
-      const queueUrl = await url(queue);
       const attributes: Record<string, MessageAttributeValue> = {};
       for (const [key, value] of Object.entries(sendOptions.attributes ?? {})) {
         attributes[key] = { DataType: 'String', StringValue: value };
       }
-      const result = await call('SendMessage', queue, () =>
-        client.send(
-          new SendMessageCommand({
-            QueueUrl: queueUrl,
-            MessageBody: typeof body === 'string' ? body : JSON.stringify(body),
-            ...(sendOptions.groupId ? { MessageGroupId: sendOptions.groupId } : {}),
-            ...(sendOptions.deduplicationId ? { MessageDeduplicationId: sendOptions.deduplicationId } : {}),
-            ...(sendOptions.delaySeconds ? { DelaySeconds: sendOptions.delaySeconds } : {}),
-            ...(Object.keys(attributes).length ? { MessageAttributes: attributes } : {}),
-          }),
-        ),
-      );
-      return result.MessageId ?? '';
+      return sendBatched(queue, {
+        MessageBody: typeof body === 'string' ? body : JSON.stringify(body),
+        ...(sendOptions.groupId ? { MessageGroupId: sendOptions.groupId } : {}),
+        ...(sendOptions.deduplicationId ? { MessageDeduplicationId: sendOptions.deduplicationId } : {}),
+        ...(sendOptions.delaySeconds ? { DelaySeconds: sendOptions.delaySeconds } : {}),
+        ...(Object.keys(attributes).length ? { MessageAttributes: attributes } : {}),
+      });
     },
     async changeVisibility(queue, receiptHandle, seconds) {
       const queueUrl = await url(queue);

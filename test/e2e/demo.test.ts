@@ -3,10 +3,10 @@ import { existsSync } from 'node:fs';
 import { chmod, mkdtemp, readdir, readFile, readlink, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { isAbsolute, join, resolve } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import type { DemoSummary } from '../../infra/local/demo/summary.ts';
 import { isProcessAlive } from '../../infra/local/provisioner/server.ts';
-import { createTestDatabase, type TestDatabase } from '../support/database.ts';
+import { useDatabaseFixture } from '../support/fixtures.ts';
 import { eventually } from '../support/stack.ts';
 
 /**
@@ -83,7 +83,7 @@ function demoEnv(extra: Record<string, string | undefined>): Record<string, stri
   return env;
 }
 
-let t: TestDatabase;
+const fixture = useDatabaseFixture();
 const scratch: string[] = [];
 async function scratchDir(): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), 'runtime-cleanup-demo-'));
@@ -93,11 +93,7 @@ async function scratchDir(): Promise<string> {
   return dir;
 }
 
-beforeAll(async () => {
-  t = await createTestDatabase();
-});
 afterAll(async () => {
-  await t?.drop();
   for (const dir of scratch) await rm(dir, { recursive: true, force: true });
 });
 
@@ -112,7 +108,7 @@ describe('npm start (the demo)', () => {
         // Generous bounds: this test is about what the demo reports, not about how fast this machine is.
         ...['--timeout', '60', '--lease-bound-ms', '60000', '--json', '--out', outDir, '--data-dir', dataDir],
       ],
-      demoEnv({ DATABASE_URL: t.url, DATABASE_WS_PROXY: t.wsProxy }),
+      demoEnv({ DATABASE_URL: fixture.t.url, DATABASE_WS_PROXY: fixture.t.wsProxy }),
     );
     const code = await demo.exited;
     expect(code, demo.stderr()).toBe(0);
@@ -143,14 +139,14 @@ describe('npm start (the demo)', () => {
     expect(summary.deadLetters.count).toBe(0);
 
     // Re-checked independently: the database.
-    const { rows } = await t.db.query<{ runs: number; fenced: number; active: number }>(
+    const { rows } = await fixture.t.db.query<{ runs: number; fenced: number; active: number }>(
       `SELECT count(*) FILTER (WHERE run_type <> 'subagent')::int AS runs,
               count(*) FILTER (WHERE runtime_cleanup_pending)::int AS fenced,
               count(*) FILTER (WHERE status NOT IN ('completed', 'failed', 'cancelled', 'interrupted'))::int AS active
        FROM agent_runs`,
     );
     expect(rows[0]).toEqual({ runs: 8, fenced: 0, active: 0 });
-    const statuses = await t.db.query<{ status: string }>(
+    const statuses = await fixture.t.db.query<{ status: string }>(
       `SELECT DISTINCT status FROM agent_runs WHERE run_type <> 'subagent' ORDER BY status`,
     );
     expect(statuses.rows.map((row) => row.status)).toEqual([

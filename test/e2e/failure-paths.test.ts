@@ -1,71 +1,62 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { FenceCheckOutcome } from '../../functions/cleanup/types.ts';
 import { announceRunFinished, publishFinalize } from '../../functions/platform/publish.ts';
 import { QueueName } from '../../functions/platform/queues.ts';
 import type { AdmittedRun } from '../../infra/local/platform.ts';
-import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 import { fenceOf } from '../support/factories.ts';
-import { eventually, startTestStack, type TestStack } from '../support/stack.ts';
+import { useStackFixture } from '../support/fixtures.ts';
+import { eventually } from '../support/stack.ts';
 
 /**
  * Failure paths end to end: real handlers behind the emulated event source mapping, fauxqs,
  * PostgreSQL and the local provisioner with injected faults. Timeouts and backoff are shortened
  * (1 s delete timeout, 1–2 s retry delays); their shape is the deployed one.
  */
-let t: TestDatabase;
-let stack: TestStack;
-beforeAll(async () => {
-  t = await createTestDatabase();
-  stack = await startTestStack(t, {
-    env: {
-      SANDBOX_PROVISIONER_DELETE_TIMEOUT_SECONDS: '1',
-      SANDBOX_PROVIDER_RELEASE_LOCK_TIMEOUT_SECONDS: '1',
-      SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS: '3',
-      FENCE_SWEEP_AFTER_SECONDS: '1',
+const fixture = useStackFixture({
+  env: {
+    SANDBOX_PROVISIONER_DELETE_TIMEOUT_SECONDS: '1',
+    SANDBOX_PROVIDER_RELEASE_LOCK_TIMEOUT_SECONDS: '1',
+    SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS: '3',
+    FENCE_SWEEP_AFTER_SECONDS: '1',
+  },
+  stack: {
+    queueOverrides: {
+      visibilityTimeoutSeconds: { 'run-finished': 5, 'runtime-release.fifo': 10, 'runtime-finalize': 5 },
+      maxReceiveCount: { 'runtime-release.fifo': 3 },
     },
-    stack: {
-      queueOverrides: {
-        visibilityTimeoutSeconds: { 'run-finished': 5, 'runtime-release.fifo': 10, 'runtime-finalize': 5 },
-        maxReceiveCount: { 'runtime-release.fifo': 3 },
-      },
-    },
-  });
-});
-afterAll(async () => {
-  await stack?.stop();
-  await t?.drop();
+  },
 });
 
 async function finishedRun(options: { announce?: boolean } = {}): Promise<AdmittedRun> {
-  const scope = await stack.platform.createScope();
-  const run = (await stack.platform.admitRootRun(scope))!;
-  await stack.platform.finishRun(run.runId, 'completed', { announce: options.announce ?? false });
+  const scope = await fixture.stack.platform.createScope();
+  const run = (await fixture.stack.platform.admitRootRun(scope))!;
+  await fixture.stack.platform.finishRun(run.runId, 'completed', { announce: options.announce ?? false });
   return run;
 }
 
 function deletesOf(sandboxId: string) {
-  return stack
+  return fixture.stack
     .provisioner!.audit()
     .filter((entry) => entry.method === 'DELETE' && entry.sandboxId === sandboxId);
 }
 
 async function deadLettersOf(queue: string, runId: string) {
-  return (await stack.deadLetters(queue)).filter((message) => message.Body?.includes(runId));
+  return (await fixture.stack.deadLetters(queue)).filter((message) => message.Body?.includes(runId));
 }
 
 describe('a provisioner that fails, then hangs, then recovers (within the 3 receives allowed here)', () => {
   it('keeps the fence up throughout, backs off between attempts, and converges with no dead letter', async () => {
     const run = await finishedRun();
-    stack.provisioner!.setFault(run.sandboxId, { status: 503, times: 1 });
-    stack.provisioner!.setFault(run.sandboxId, { hang: true, times: 1 });
+    fixture.stack.provisioner!.setFault(run.sandboxId, { status: 503, times: 1 });
+    fixture.stack.provisioner!.setFault(run.sandboxId, { hang: true, times: 1 });
 
     const fenceSamples: boolean[] = [];
-    await announceRunFinished(stack.queues, run.runId);
+    await announceRunFinished(fixture.stack.queues, run.runId);
     await eventually(
       'the fence to clear',
       async () => {
-        const fence = await fenceOf(t.db, run.runId);
+        const fence = await fenceOf(fixture.t.db, run.runId);
         fenceSamples.push(fence);
         return !fence;
       },
@@ -85,7 +76,7 @@ describe('a provisioner that fails, then hangs, then recovers (within the 3 rece
       const gap = attempts[i]!.startedAt - (attempts[i - 1]!.endedAt ?? attempts[i - 1]!.startedAt);
       expect(gap).toBeGreaterThanOrEqual(400);
     }
-    expect(stack.provisioner!.sandbox(run.sandboxId)).toBeUndefined();
+    expect(fixture.stack.provisioner!.sandbox(run.sandboxId)).toBeUndefined();
     expect(await deadLettersOf(QueueName.RUNTIME_RELEASE, run.runId)).toEqual([]);
   });
 });
@@ -93,8 +84,8 @@ describe('a provisioner that fails, then hangs, then recovers (within the 3 rece
 describe('a provisioner that keeps failing', () => {
   it('dead-letters the release after the configured receives with its reason, keeps the fence, and the sweeper announces it again', async () => {
     const run = await finishedRun();
-    stack.provisioner!.setFault(run.sandboxId, { status: 500 });
-    await announceRunFinished(stack.queues, run.runId);
+    fixture.stack.provisioner!.setFault(run.sandboxId, { status: 500 });
+    await announceRunFinished(fixture.stack.queues, run.runId);
 
     const [deadLetter] = await eventually(
       'the release in its DLQ',
@@ -107,38 +98,38 @@ describe('a provisioner that keeps failing', () => {
     expect(deletesOf(run.sandboxId)).toHaveLength(3);
     expect(deadLetter!.MessageAttributes?.errorCode?.StringValue).toBe('PROVISIONER_UNAVAILABLE');
     expect(deadLetter!.MessageAttributes?.reason?.StringValue).toMatch(/retries exhausted.*500/);
-    expect(await fenceOf(t.db, run.runId)).toBe(true);
-    expect(stack.provisioner!.sandbox(run.sandboxId)).toBeDefined();
+    expect(await fenceOf(fixture.t.db, run.runId)).toBe(true);
+    expect(fixture.stack.provisioner!.sandbox(run.sandboxId)).toBeDefined();
 
     // The provisioner recovers; the sweeper re-announces the stale fence and the cleanup completes.
-    stack.provisioner!.clearFaults(run.sandboxId);
+    fixture.stack.provisioner!.clearFaults(run.sandboxId);
     const sweep = await eventually('the sweeper to re-announce the fence', async () => {
-      const result = await stack.runSweeper();
+      const result = await fixture.stack.runSweeper();
       return result.announced.includes(run.runId) ? result : undefined;
     });
     expect(sweep.pendingFences).toBeGreaterThanOrEqual(1);
     await eventually(
       'the fence to clear after the sweep',
-      async () => !(await fenceOf(t.db, run.runId)),
+      async () => !(await fenceOf(fixture.t.db, run.runId)),
       20_000,
     );
-    expect(stack.provisioner!.sandbox(run.sandboxId)).toBeUndefined();
+    expect(fixture.stack.provisioner!.sandbox(run.sandboxId)).toBeUndefined();
   });
 });
 
 describe('duplicates', () => {
   it('five run-finished announcements and a redelivered finalize clear the fence once, without error or dead letter', async () => {
     const run = await finishedRun();
-    const check = await fenceCheck(t.db, run.runId);
+    const check = await fenceCheck(fixture.t.db, run.runId);
     expect(check.outcome).toBe(FenceCheckOutcome.RELEASE_NEEDED);
     const identity = check.outcome === FenceCheckOutcome.RELEASE_NEEDED ? check.identity : undefined;
 
-    await Promise.all(Array.from({ length: 5 }, () => announceRunFinished(stack.queues, run.runId)));
-    await eventually('the fence to clear', async () => !(await fenceOf(t.db, run.runId)));
-    await publishFinalize(stack.queues, identity!, 'deleted');
+    await Promise.all(Array.from({ length: 5 }, () => announceRunFinished(fixture.stack.queues, run.runId)));
+    await eventually('the fence to clear', async () => !(await fenceOf(fixture.t.db, run.runId)));
+    await publishFinalize(fixture.stack.queues, identity!, 'deleted');
 
     const cleaned = await eventually('runtime-cleaned for the redelivered finalize', async () => {
-      const messages = (await stack.drain(QueueName.RUNTIME_CLEANED)).filter((m) =>
+      const messages = (await fixture.stack.drain(QueueName.RUNTIME_CLEANED)).filter((m) =>
         m.Body?.includes(run.runId),
       );
       return messages.length ? messages : undefined;
@@ -146,7 +137,7 @@ describe('duplicates', () => {
     expect(cleaned.length).toBeGreaterThanOrEqual(1);
     const deleted = deletesOf(run.sandboxId).filter((entry) => entry.status === 200);
     expect(deleted).toHaveLength(1);
-    const { rows } = await t.db.query<{ released: boolean }>(
+    const { rows } = await fixture.t.db.query<{ released: boolean }>(
       'SELECT released_at IS NOT NULL AS released FROM sandbox_runtimes WHERE uid = $1::text',
       [run.scope.uid],
     );
@@ -154,16 +145,16 @@ describe('duplicates', () => {
     for (const queue of [QueueName.RUN_FINISHED, QueueName.RUNTIME_RELEASE, QueueName.RUNTIME_FINALIZE]) {
       expect(await deadLettersOf(queue, run.runId)).toEqual([]);
     }
-    expect(stack.errors).toEqual([]);
+    expect(fixture.stack.errors).toEqual([]);
   });
 });
 
 describe('bad messages', () => {
   it('dead-letters a malformed body and an unknown run with their reasons', async () => {
-    await stack.queues.send(QueueName.RUN_FINISHED, 'not json at all');
-    await stack.queues.send(QueueName.RUN_FINISHED, { runId: 'run-that-does-not-exist' });
+    await fixture.stack.queues.send(QueueName.RUN_FINISHED, 'not json at all');
+    await fixture.stack.queues.send(QueueName.RUN_FINISHED, { runId: 'run-that-does-not-exist' });
     const letters = await eventually('both in the run-finished DLQ', async () => {
-      const all = await stack.deadLetters(QueueName.RUN_FINISHED);
+      const all = await fixture.stack.deadLetters(QueueName.RUN_FINISHED);
       const malformed = all.find((m) => m.Body === 'not json at all');
       const unknown = all.find((m) => m.Body?.includes('run-that-does-not-exist'));
       return malformed && unknown ? { malformed, unknown } : undefined;
@@ -179,25 +170,25 @@ describe('the sweeper alone', () => {
   it('cleans a fence whose run-finished was never sent', async () => {
     const run = await finishedRun({ announce: false });
     await eventually('the sweeper to announce the fence', async () => {
-      const result = await stack.runSweeper();
+      const result = await fixture.stack.runSweeper();
       return result.announced.includes(run.runId);
     });
-    await eventually('the fence to clear', async () => !(await fenceOf(t.db, run.runId)));
-    expect(stack.provisioner!.sandbox(run.sandboxId)).toBeUndefined();
+    await eventually('the fence to clear', async () => !(await fenceOf(fixture.t.db, run.runId)));
+    expect(fixture.stack.provisioner!.sandbox(run.sandboxId)).toBeUndefined();
   });
 });
 
 describe('deferral', () => {
   it('re-checks a scope that is still busy with growing delays, never dead-letters it, and cleans up once the child run ends', async () => {
-    const scope = await stack.platform.createScope();
-    const root = (await stack.platform.admitRootRun(scope))!;
-    const child = await stack.platform.startSubagent(root);
-    await stack.platform.finishRun(root.runId, 'completed');
+    const scope = await fixture.stack.platform.createScope();
+    const root = (await fixture.stack.platform.admitRootRun(scope))!;
+    const child = await fixture.stack.platform.startSubagent(root);
+    await fixture.stack.platform.finishRun(root.runId, 'completed');
 
     // Watch the re-checks the fence check schedules for itself (the handlers share this client).
     const deferrals: number[] = [];
-    const send = stack.queues.send;
-    stack.queues.send = async (queue, body, options) => {
+    const send = fixture.stack.queues.send;
+    fixture.stack.queues.send = async (queue, body, options) => {
       const parsed =
         typeof body === 'object' && body !== null ? (body as { runId?: string; deferrals?: number }) : {};
       if (queue === QueueName.RUN_FINISHED && parsed.runId === root.runId && parsed.deferrals) {
@@ -207,20 +198,20 @@ describe('deferral', () => {
     };
     // The child outlives its root: several deferred fence checks, the fence stays, the sandbox lives.
     await eventually('three deferred fence checks', async () => deferrals.length >= 3, 20_000);
-    stack.queues.send = send;
+    fixture.stack.queues.send = send;
     expect(deferrals).toEqual([1, 2, 3]);
-    expect(await fenceOf(t.db, root.runId)).toBe(true);
-    expect(stack.provisioner!.sandbox(root.sandboxId)).toBeDefined();
+    expect(await fenceOf(fixture.t.db, root.runId)).toBe(true);
+    expect(fixture.stack.provisioner!.sandbox(root.sandboxId)).toBeDefined();
     expect(deletesOf(root.sandboxId)).toEqual([]);
     expect(await deadLettersOf(QueueName.RUN_FINISHED, root.runId)).toEqual([]);
 
-    await stack.platform.finishRun(child, 'completed');
+    await fixture.stack.platform.finishRun(child, 'completed');
     await eventually(
       'the fence to clear after the child ended',
-      async () => !(await fenceOf(t.db, root.runId)),
+      async () => !(await fenceOf(fixture.t.db, root.runId)),
       20_000,
     );
-    expect(stack.provisioner!.sandbox(root.sandboxId)).toBeUndefined();
+    expect(fixture.stack.provisioner!.sandbox(root.sandboxId)).toBeUndefined();
     expect(await deadLettersOf(QueueName.RUN_FINISHED, root.runId)).toEqual([]);
   });
 });

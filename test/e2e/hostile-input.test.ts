@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Message } from '@aws-sdk/client-sqs';
 import type { Context, SQSEvent, SQSRecord } from 'aws-lambda';
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { QueueUnavailableError } from '../../functions/cleanup/errors.ts';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { ProvisionerClient } from '../../functions/cleanup/provisioner-client.ts';
@@ -25,9 +25,10 @@ import {
 } from '../chaos/hostile.ts';
 import { takeAll } from '../chaos/message-log.ts';
 import type { ConsumedQueue } from '../chaos/plan.ts';
-import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 import { fenceOf, finishedRootRun } from '../support/factories.ts';
-import { eventually, startTestStack, type TestStack } from '../support/stack.ts';
+import { useStackFixture } from '../support/fixtures.ts';
+import { sqsRecord } from '../support/sqs-record.ts';
+import { eventually } from '../support/stack.ts';
 
 /**
  * Hostile queue bodies, property-based (fast-check): malformed JSON, wrong types, quotes and SQL,
@@ -41,16 +42,7 @@ import { eventually, startTestStack, type TestStack } from '../support/stack.ts'
  * stores has those escaped). A dead letter whose reason SQS would refuse is thus a failure here,
  * as it would be in AWS.
  */
-let t: TestDatabase;
-let stack: TestStack;
-beforeAll(async () => {
-  t = await createTestDatabase();
-  stack = await startTestStack(t);
-});
-afterAll(async () => {
-  await stack?.stop();
-  await t?.drop();
-});
+const fixture = useStackFixture();
 
 interface Sent {
   queue: string;
@@ -94,26 +86,15 @@ function sqsRules(inner: Queues, sent: Sent[]): Queues {
 const deliverable = (body: string) =>
   body.replace(/[^\t\n\r\u0020-\uD7FF\uE000-\uFFFD\u{10000}-\u{10FFFF}]/gu, '?') || '?';
 
+/** A record of `queue` as its event source would deliver it: on the FIFO queue, in `groupId`. */
 function record(queue: ConsumedQueue, body: string, groupId: string): SQSRecord {
-  return {
-    messageId: randomUUID(),
-    receiptHandle: `hostile-${randomUUID()}`,
-    body,
-    attributes: {
-      ApproximateReceiveCount: '1',
-      SentTimestamp: String(Date.now()),
-      SenderId: 'hostile-test',
-      ApproximateFirstReceiveTimestamp: String(Date.now()),
-      ...(queue === 'runtime-release.fifo'
+  return sqsRecord(body, {
+    queue,
+    attributes:
+      queue === 'runtime-release.fifo'
         ? { MessageGroupId: groupId, MessageDeduplicationId: randomUUID() }
-        : {}),
-    },
-    messageAttributes: {},
-    md5OfBody: '',
-    eventSource: 'aws:sqs',
-    eventSourceARN: `arn:aws:sqs:us-east-1:000000000000:${queue}`,
-    awsRegion: 'us-east-1',
-  };
+        : {},
+  });
 }
 
 function lambdaContext(): Context {
@@ -139,7 +120,7 @@ async function validMessage(
   queue: ConsumedQueue,
   sent: Sent[],
 ): Promise<{ body: string; groupId: string; done: () => Promise<void> }> {
-  const s = await finishedRootRun(t.db);
+  const s = await finishedRootRun(fixture.t.db);
   const groupId = `${s.uid}:${s.runtimeScopeId}`;
   const publishedFor = (target: string) =>
     sent.some((m) => m.queue === target && m.body.includes(s.rootRunId));
@@ -150,7 +131,7 @@ async function validMessage(
       done: async () => expect(publishedFor('runtime-release.fifo')).toBe(true),
     };
   }
-  const checked = await fenceCheck(t.db, s.rootRunId);
+  const checked = await fenceCheck(fixture.t.db, s.rootRunId);
   if (checked.outcome !== FenceCheckOutcome.RELEASE_NEEDED) throw new Error(`unexpected ${checked.outcome}`);
   if (queue === 'runtime-release.fifo') {
     return {
@@ -167,12 +148,12 @@ async function validMessage(
       releasedAt: new Date().toISOString(),
     }),
     groupId,
-    done: async () => expect(await fenceOf(t.db, s.rootRunId)).toBe(false),
+    done: async () => expect(await fenceOf(fixture.t.db, s.rootRunId)).toBe(false),
   };
 }
 
 async function tableCounts(): Promise<Record<string, number>> {
-  const { rows } = await t.db.query<{ name: string; n: number }>(
+  const { rows } = await fixture.t.db.query<{ name: string; n: number }>(
     `SELECT 'agent_runs' AS name, count(*)::int AS n FROM agent_runs
      UNION ALL SELECT 'conversations', count(*)::int FROM conversations
      UNION ALL SELECT 'sandbox_runtimes', count(*)::int FROM sandbox_runtimes`,
@@ -185,14 +166,14 @@ describe('hostile queue bodies', () => {
     it(`${queue}: each hostile body is dead-lettered at once with a reason SQS accepts, and the valid message of the same batch is processed`, async () => {
       const sent: Sent[] = [];
       const deps = {
-        config: stack.config,
-        db: stack.db,
-        queues: sqsRules(stack.queues, sent),
+        config: fixture.stack.config,
+        db: fixture.stack.db,
+        queues: sqsRules(fixture.stack.queues, sent),
         telemetry: createTelemetry({
           functionName: 'hostile-input-test',
           logLevel: process.env.HOSTILE_LOG ?? 'SILENT',
         }),
-        provider: createProvider(stack.config, stack.provisionerUrl),
+        provider: createProvider(fixture.stack.config, fixture.stack.provisionerUrl),
       };
       const handler =
         queue === 'run-finished'
@@ -246,9 +227,9 @@ describe('hostile queue bodies', () => {
     // attribute — the dead letter would fail and the message be retried instead of parked.
     const sent: Sent[] = [];
     const handler = createFenceCheckHandler({
-      config: stack.config,
-      db: stack.db,
-      queues: sqsRules(stack.queues, sent),
+      config: fixture.stack.config,
+      db: fixture.stack.db,
+      queues: sqsRules(fixture.stack.queues, sent),
       telemetry: createTelemetry({ functionName: 'hostile-input-test', logLevel: 'SILENT' }),
     });
     await fc.assert(
@@ -273,7 +254,7 @@ describe('hostile queue bodies', () => {
     const samples = fc.sample(hostileMessage, { numRuns: 18, seed: 42 });
     const sentIds = new Map<string, { queue: ConsumedQueue; body: string }>();
     for (const { queue, body } of samples) {
-      const id = await stack.queues.send(
+      const id = await fixture.stack.queues.send(
         queue,
         body,
         queue === 'runtime-release.fifo'
@@ -282,12 +263,12 @@ describe('hostile queue bodies', () => {
       );
       sentIds.set(id, { queue, body });
     }
-    const scope = await stack.platform.createScope();
-    const run = (await stack.platform.admitRootRun(scope))!;
-    await stack.platform.finishRun(run.runId, 'completed');
+    const scope = await fixture.stack.platform.createScope();
+    const run = (await fixture.stack.platform.admitRootRun(scope))!;
+    await fixture.stack.platform.finishRun(run.runId, 'completed');
     await eventually(
       'the valid run sent after the hostile ones is cleaned up',
-      async () => !(await fenceOf(t.db, run.runId)),
+      async () => !(await fenceOf(fixture.t.db, run.runId)),
     );
 
     const expectedLetters = [...sentIds.entries()];
@@ -295,7 +276,10 @@ describe('hostile queue bodies', () => {
     const letters = new Map<string | undefined, Message>();
     await eventually('every hostile message is dead-lettered', async () => {
       for (const queue of ['run-finished', 'runtime-release.fifo', 'runtime-finalize']) {
-        for (const message of await takeAll(stack.sqs, stack.queueUrl(deadLetterQueueName(queue)))) {
+        for (const message of await takeAll(
+          fixture.stack.sqs,
+          fixture.stack.queueUrl(deadLetterQueueName(queue)),
+        )) {
           letters.set(message.MessageAttributes?.sourceMessageId?.StringValue, message);
         }
       }
@@ -307,14 +291,14 @@ describe('hostile queue bodies', () => {
       expect(attributes.reason?.StringValue?.length).toBeGreaterThan(0);
       expect(attributes.sourceQueue?.StringValue).toBe(queue);
     }
-    expect(stack.errors).toEqual([]);
+    expect(fixture.stack.errors).toEqual([]);
   });
 });
 
 describe('hostile sandbox ids at the provisioner', () => {
   it('reach the provisioner percent-encoded as one path segment, or are refused before any request', async () => {
-    const client = new ProvisionerClient(stack.provisionerUrl);
-    const provisioner = stack.provisioner!;
+    const client = new ProvisionerClient(fixture.stack.provisionerUrl);
+    const provisioner = fixture.stack.provisioner!;
     try {
       await fc.assert(
         fc.asyncProperty(

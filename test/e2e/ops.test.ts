@@ -1,16 +1,17 @@
-import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import type { Message } from '@aws-sdk/client-sqs';
 import { GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { FinalizeCommand, ReleaseCommand } from '../../functions/platform/messages.ts';
 import { releaseGroupId } from '../../functions/platform/publish.ts';
 import { QueueName } from '../../functions/platform/queues.ts';
 import { freePort } from '../../infra/local/embedded-postgres.ts';
-import { createTestDatabase, type TestDatabase } from '../support/database.ts';
-import { fenceOf, finishedRootRun, type Scenario } from '../support/factories.ts';
-import { eventually, startTestStack, type TestStack } from '../support/stack.ts';
+import { type ChildRun, runChild } from '../support/child-process.ts';
+import { fenceOf, finishedRootRun } from '../support/factories.ts';
+import { useStackFixture } from '../support/fixtures.ts';
+import { holdScopeAdvisoryLock } from '../support/probes.ts';
+import { eventually } from '../support/stack.ts';
 
 /**
  * The operator CLI as an operator runs it: a child process (`node --import tsx infra/ops/cli.ts`,
@@ -20,54 +21,27 @@ const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const CLI = fileURLToPath(new URL('../../infra/ops/cli.ts', import.meta.url));
 const CHILD_TIMEOUT_MS = 30_000;
 
-let t: TestDatabase;
-let stack: TestStack;
-beforeAll(async () => {
-  t = await createTestDatabase();
-  stack = await startTestStack(t);
-});
-afterAll(async () => {
-  await stack?.stop();
-  await t?.drop();
-});
+const fixture = useStackFixture();
 
-interface OpsRun {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-function ops(args: string[], env: Record<string, string | undefined> = {}): Promise<OpsRun> {
+function ops(args: string[], env: Record<string, string | undefined> = {}): Promise<ChildRun> {
   const childEnv: Record<string, string | undefined> = {
     ...process.env,
-    DATABASE_URL: t.url,
-    DATABASE_WS_PROXY: t.wsProxy,
-    AWS_ENDPOINT_URL_SQS: stack.sqsEndpoint,
+    DATABASE_URL: fixture.t.url,
+    DATABASE_WS_PROXY: fixture.t.wsProxy,
+    AWS_ENDPOINT_URL_SQS: fixture.stack.sqsEndpoint,
     QUEUE_NAME_PREFIX: '',
     ...env,
   };
   for (const [key, value] of Object.entries(childEnv)) if (value === undefined) delete childEnv[key];
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', CLI, ...args], {
-      cwd: ROOT,
-      env: childEnv,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk));
-    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk));
-    const timer = setTimeout(() => child.kill('SIGKILL'), CHILD_TIMEOUT_MS);
-    child.on('error', reject);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
+  return runChild(process.execPath, ['--import', 'tsx', CLI, ...args], {
+    cwd: ROOT,
+    env: childEnv,
+    timeoutMs: CHILD_TIMEOUT_MS,
   });
 }
 
 /** Parses --json output, with the whole run in the failure message when it is not JSON. */
-function json<T = Record<string, unknown>>(run: OpsRun): T {
+function json<T = Record<string, unknown>>(run: ChildRun): T {
   try {
     return JSON.parse(run.stdout) as T;
   } catch {
@@ -75,31 +49,8 @@ function json<T = Record<string, unknown>>(run: OpsRun): T {
   }
 }
 
-/** Holds the scope's advisory lock, as a running cleanup transaction would, until released. */
-async function holdScopeLock(s: Scenario) {
-  let release!: () => void;
-  let locked!: () => void;
-  const released = new Promise<void>((resolve) => (release = resolve));
-  const lockTaken = new Promise<void>((resolve) => (locked = resolve));
-  const holder = t.db.withTransaction(async (tx) => {
-    await tx.query('SELECT pg_advisory_xact_lock(runtime_cleanup_lock_key($1::text, $2::text))', [
-      s.uid,
-      s.runtimeScopeId,
-    ]);
-    locked();
-    await released;
-  });
-  await lockTaken;
-  return {
-    release: async () => {
-      release();
-      await holder;
-    },
-  };
-}
-
 async function cleanedEvents(runId: string, collected: Array<Record<string, unknown>>) {
-  for (const message of await stack.drain(QueueName.RUNTIME_CLEANED)) {
+  for (const message of await fixture.stack.drain(QueueName.RUNTIME_CLEANED)) {
     const body = JSON.parse(message.Body!) as Record<string, unknown>;
     if (body.runId === runId) collected.push(body);
   }
@@ -107,16 +58,16 @@ async function cleanedEvents(runId: string, collected: Array<Record<string, unkn
 }
 
 async function deadLettersOf(queue: string, runId: string): Promise<Message[]> {
-  return (await stack.deadLetters(queue)).filter((m) => m.Body?.includes(runId));
+  return (await fixture.stack.deadLetters(queue)).filter((m) => m.Body?.includes(runId));
 }
 
 describe('ops CLI: usage, configuration and unreachable dependencies', () => {
   it('answers each failure with its exit code and one clear line, never printing a password', async () => {
     const closedPort = await freePort();
     const secret = `pw-${randomUUID().slice(0, 8)}`;
-    const fenced = await finishedRootRun(t.db);
-    const busy = await finishedRootRun(t.db);
-    const lock = await holdScopeLock(busy);
+    const fenced = await finishedRootRun(fixture.t.db);
+    const busy = await finishedRootRun(fixture.t.db);
+    const lock = await holdScopeAdvisoryLock(fixture.t.db, busy);
     const busyClear = ops(['force-clear', busy.rootRunId, '--reason', 'test', '--yes'], {
       DATABASE_LOCK_TIMEOUT_MS: '300',
     });
@@ -200,7 +151,7 @@ describe('ops CLI: usage, configuration and unreachable dependencies', () => {
     // A cleanup holding the scope's lock makes force-clear give up by lock_timeout, changing nothing.
     expect(busyResult.code).toBe(4);
     expect(busyResult.stderr).toContain('DATABASE_LOCK_TIMEOUT');
-    expect(await fenceOf(t.db, busy.rootRunId)).toBe(true);
+    expect(await fenceOf(fixture.t.db, busy.rootRunId)).toBe(true);
   });
 
   it('check-config prints the timeout ladder, every rung holding', async () => {
@@ -229,9 +180,9 @@ describe('ops CLI: usage, configuration and unreachable dependencies', () => {
 
 describe('ops CLI against the local stack', () => {
   it('fences lists an unannounced fence with its generation, and retry gets it cleaned', async () => {
-    const scope = await stack.platform.createScope();
-    const run = (await stack.platform.admitRootRun(scope))!;
-    await stack.platform.finishRun(run.runId, 'completed', { announce: false });
+    const scope = await fixture.stack.platform.createScope();
+    const run = (await fixture.stack.platform.admitRootRun(scope))!;
+    await fixture.stack.platform.finishRun(run.runId, 'completed', { announce: false });
 
     const [listed, table] = await Promise.all([ops(['fences', '--json']), ops(['fences'])]);
     expect(listed.code).toBe(0);
@@ -252,8 +203,8 @@ describe('ops CLI against the local stack', () => {
     const retried = await ops(['retry', run.runId, '--json']);
     expect(retried.code).toBe(0);
     expect(json(retried)).toMatchObject({ runId: run.runId, queue: 'run-finished' });
-    await eventually('fence cleared after retry', async () => !(await fenceOf(t.db, run.runId)));
-    expect(stack.provisioner!.sandbox(run.sandboxId)).toBeUndefined();
+    await eventually('fence cleared after retry', async () => !(await fenceOf(fixture.t.db, run.runId)));
+    expect(fixture.stack.provisioner!.sandbox(run.sandboxId)).toBeUndefined();
 
     const again = await ops(['retry', run.runId, '--json']);
     expect(again.code).toBe(1);
@@ -261,9 +212,9 @@ describe('ops CLI against the local stack', () => {
   });
 
   it('dlq shows a malformed message with its reason; redrive moves it back and it dead-letters again', async () => {
-    await stack.queues.send(QueueName.RUN_FINISHED, 'not json');
+    await fixture.stack.queues.send(QueueName.RUN_FINISHED, 'not json');
     const [original] = await eventually('malformed message dead-lettered', async () => {
-      const letters = await stack.deadLetters(QueueName.RUN_FINISHED);
+      const letters = await fixture.stack.deadLetters(QueueName.RUN_FINISHED);
       return letters.length === 1 ? letters : undefined;
     });
 
@@ -274,7 +225,7 @@ describe('ops CLI against the local stack', () => {
         reasons: Array<{ errorCode: string; reason: string; count: number }>;
       }>;
     };
-    const runFinishedReport = (run: OpsRun) =>
+    const runFinishedReport = (run: ChildRun) =>
       json<DlqReport>(run).queues.find((q) => q.queue === 'run-finished');
     const before = await ops(['dlq', '--json']);
     expect(before.code).toBe(0);
@@ -298,7 +249,7 @@ describe('ops CLI against the local stack', () => {
 
     // It went through run-finished again (a new source message) and was dead-lettered anew.
     const [again] = await eventually('redriven message dead-lettered again', async () => {
-      const letters = await stack.deadLetters(QueueName.RUN_FINISHED);
+      const letters = await fixture.stack.deadLetters(QueueName.RUN_FINISHED);
       return letters.length === 1 && letters[0]!.MessageId !== original!.MessageId ? letters : undefined;
     });
     expect(again!.Body).toBe('not json');
@@ -309,17 +260,17 @@ describe('ops CLI against the local stack', () => {
   });
 
   it('force-clear ends a cleanup that can never succeed, audited and announced, and late duplicates are harmless', async () => {
-    const scope = await stack.platform.createScope();
-    const run = (await stack.platform.admitRootRun(scope))!;
+    const scope = await fixture.stack.platform.createScope();
+    const run = (await fixture.stack.platform.admitRootRun(scope))!;
     // The provisioner insists on an older generation: GENERATION_ANOMALY, dead-lettered at once.
-    stack.provisioner!.setFault(run.sandboxId, { conflictGeneration: run.generation - 1 });
-    await stack.platform.finishRun(run.runId, 'completed');
+    fixture.stack.provisioner!.setFault(run.sandboxId, { conflictGeneration: run.generation - 1 });
+    await fixture.stack.platform.finishRun(run.runId, 'completed');
     const [letter] = await eventually('release dead-lettered', async () => {
       const letters = await deadLettersOf(QueueName.RUNTIME_RELEASE, run.runId);
       return letters.length ? letters : undefined;
     });
     expect(letter!.MessageAttributes?.errorCode?.StringValue).toBe('GENERATION_ANOMALY');
-    expect(await fenceOf(t.db, run.runId)).toBe(true);
+    expect(await fenceOf(fixture.t.db, run.runId)).toBe(true);
 
     const reason = 'provisioner reports generation 0 for sbx at 1; INC-7';
     const [noReason, dryRun] = await Promise.all([
@@ -330,7 +281,7 @@ describe('ops CLI against the local stack', () => {
     expect(dryRun.code).toBe(0);
     expect(dryRun.stdout).toContain('Dry run: nothing was changed');
     expect(dryRun.stdout).toContain(`sandbox ${run.sandboxId} generation ${run.generation}`);
-    expect(await fenceOf(t.db, run.runId)).toBe(true);
+    expect(await fenceOf(fixture.t.db, run.runId)).toBe(true);
 
     const forced = await ops(
       ['force-clear', run.runId, '--reason', reason, '--yes', '--actor', 'e2e-op', '--json'],
@@ -351,7 +302,7 @@ describe('ops CLI against the local stack', () => {
     // Never silent: the WARN line and the ForcedClears metric (EMF), on stderr, not in the JSON.
     expect(forced.stderr).toContain('fence force-cleared by an operator');
     expect(forced.stderr).toMatch(/"ForcedClears":\s*1/);
-    expect(await fenceOf(t.db, run.runId)).toBe(false);
+    expect(await fenceOf(fixture.t.db, run.runId)).toBe(false);
 
     const events: Array<Record<string, unknown>> = [];
     await eventually(
@@ -384,15 +335,15 @@ describe('ops CLI against the local stack', () => {
     expect(json(twice)).toMatchObject({ error: { code: 'FENCE_NOT_PENDING' } });
 
     // The operator removes the old sandbox by hand, as force-clear told them; the scope moves on.
-    stack.provisioner!.clearFaults(run.sandboxId);
+    fixture.stack.provisioner!.clearFaults(run.sandboxId);
     const removed = await fetch(
-      `${stack.provisionerUrl}/api/sandboxes/${encodeURIComponent(run.sandboxId)}?generation=${run.generation}`,
+      `${fixture.stack.provisionerUrl}/api/sandboxes/${encodeURIComponent(run.sandboxId)}?generation=${run.generation}`,
       { method: 'DELETE' },
     );
     expect(removed.status).toBe(200);
-    const next = (await stack.platform.admitRootRun(scope))!;
+    const next = (await fixture.stack.platform.admitRootRun(scope))!;
     expect(next.generation).toBe(run.generation + 1);
-    const live = stack.provisioner!.sandbox(next.sandboxId)!;
+    const live = fixture.stack.provisioner!.sandbox(next.sandboxId)!;
 
     // Late duplicates of the old cleanup: its release command (from the DLQ) and a finalize.
     const oldRelease = JSON.parse(letter!.Body!) as ReleaseCommand;
@@ -402,18 +353,18 @@ describe('ops CLI against the local stack', () => {
       releaseOutcome: 'deleted',
       releasedAt: new Date().toISOString(),
     };
-    const auditBefore = stack.provisioner!.audit().length;
-    await stack.queues.send(QueueName.RUNTIME_RELEASE, oldRelease, {
+    const auditBefore = fixture.stack.provisioner!.audit().length;
+    await fixture.stack.queues.send(QueueName.RUNTIME_RELEASE, oldRelease, {
       groupId: releaseGroupId(oldRelease.uid, oldRelease.runtimeScopeId),
       deduplicationId: randomUUID(),
     });
-    await stack.queues.send(QueueName.RUNTIME_FINALIZE, oldFinalize);
+    await fixture.stack.queues.send(QueueName.RUNTIME_FINALIZE, oldFinalize);
     // The stale release is consumed without a delete: its guard sees that the fence it was for is
     // gone (the generation guard alone could not tell a reused generation apart).
     await eventually('the stale release consumed', async () => {
-      const { Attributes } = await stack.sqs.send(
+      const { Attributes } = await fixture.stack.sqs.send(
         new GetQueueAttributesCommand({
-          QueueUrl: stack.queueUrl(QueueName.RUNTIME_RELEASE),
+          QueueUrl: fixture.stack.queueUrl(QueueName.RUNTIME_RELEASE),
           AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'],
         }),
       );
@@ -429,18 +380,18 @@ describe('ops CLI against the local stack', () => {
       async () => (await cleanedEvents(run.runId, repeats)).length >= 1,
     );
     expect(repeats.every((event) => event.forced === undefined)).toBe(true);
-    const deletesSince = stack
+    const deletesSince = fixture.stack
       .provisioner!.audit()
       .slice(auditBefore)
       .filter((entry) => entry.method === 'DELETE');
     expect(deletesSince).toEqual([]);
-    expect(stack.provisioner!.sandbox(next.sandboxId)).toMatchObject({
+    expect(fixture.stack.provisioner!.sandbox(next.sandboxId)).toMatchObject({
       generation: next.generation,
       alive: true,
     });
-    expect(stack.provisioner!.isProcessAlive(live.pid)).toBe(true);
-    expect(await fenceOf(t.db, run.runId)).toBe(false);
-    const { rows } = await t.db.query<{ generation: string; released_at: Date | null }>(
+    expect(fixture.stack.provisioner!.isProcessAlive(live.pid)).toBe(true);
+    expect(await fenceOf(fixture.t.db, run.runId)).toBe(false);
+    const { rows } = await fixture.t.db.query<{ generation: string; released_at: Date | null }>(
       'SELECT generation, released_at FROM sandbox_runtimes WHERE uid = $1::text AND runtime_scope_id = $2::text',
       [scope.uid, scope.runtimeScopeId],
     );

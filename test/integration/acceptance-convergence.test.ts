@@ -1,7 +1,4 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { finalize } from '../../functions/cleanup/finalize.ts';
 import { release } from '../../functions/cleanup/release.ts';
@@ -13,9 +10,8 @@ import {
   ReleaseOutcome,
 } from '../../functions/cleanup/types.ts';
 import type { Database } from '../../functions/platform/database.ts';
-import { type LocalProvisioner, startProvisioner } from '../../infra/local/provisioner/server.ts';
-import { createTestDatabase, type TestDatabase } from '../support/database.ts';
-import { fenceOf, insertRun, upsertSandbox } from '../support/factories.ts';
+import { fenceOf, insertOtherRun, upsertSandbox } from '../support/factories.ts';
+import { useProvisionerFixture } from '../support/fixtures.ts';
 import {
   createSandboxAt,
   deletesOf,
@@ -24,7 +20,6 @@ import {
   provisionedRootRun,
   releaseNeeded,
   type TestProvider,
-  testProvider,
 } from '../support/probes.ts';
 
 /**
@@ -34,35 +29,21 @@ import {
  * fence; ten concurrent cleanups of one run clear it exactly once; a late delete of an old
  * generation leaves the new generation's sandbox running.
  */
-let t: TestDatabase;
-let rootDir: string;
-let provisioner: LocalProvisioner;
-const providers: TestProvider[] = [];
+const fixture = useProvisionerFixture({ tempPrefix: 'rc-convergence-' });
 let shared: TestProvider;
 
-beforeAll(async () => {
-  t = await createTestDatabase();
-  rootDir = await mkdtemp(join(tmpdir(), 'rc-convergence-'));
-  provisioner = await startProvisioner({ rootDir, graceMs: 500 });
+beforeAll(() => {
   shared = newProvider();
-});
-afterAll(async () => {
-  await Promise.all(providers.map(({ client }) => client.close()));
-  await provisioner?.stop();
-  await t?.drop();
-  if (rootDir) await rm(rootDir, { recursive: true, force: true });
 });
 
 /** A provider of its own: another Lambda instance, with its own keyed lock and HTTP client. */
 function newProvider(): TestProvider {
-  const made = testProvider(provisioner.url);
-  providers.push(made);
-  return made;
+  return fixture.testProvider();
 }
 
 /** Phase 1 and phase 2, leaving the run right before finalize. */
 async function checkedAndReleased(run: ProvisionedRun): Promise<CleanupIdentity> {
-  const identity = releaseNeeded(await fenceCheck(t.db, run.rootRunId));
+  const identity = releaseNeeded(await fenceCheck(fixture.t.db, run.rootRunId));
   const released = await release(identity, { provider: shared.provider, runtimeCleanupTimeoutMs: 10_000 });
   expect(released.outcome).toBe(ReleaseOutcome.DELETED);
   return identity;
@@ -97,7 +78,7 @@ async function holdConnectionsAtOnce(db: Database, count: number): Promise<void>
 
 /** `xmin` changes with every write of a row (and not with a row lock): "nothing was written". */
 async function rowVersions(run: ProvisionedRun): Promise<{ run: string; sandbox: string }> {
-  const { rows } = await t.db.query<{ run: string; sandbox: string }>(
+  const { rows } = await fixture.t.db.query<{ run: string; sandbox: string }>(
     `SELECT (SELECT xmin::text FROM agent_runs WHERE id = $1::text) AS run,
             (SELECT xmin::text FROM sandbox_runtimes WHERE uid = $2::text AND runtime_scope_id = $3::text) AS sandbox`,
     [run.rootRunId, run.uid, run.runtimeScopeId],
@@ -105,161 +86,159 @@ async function rowVersions(run: ProvisionedRun): Promise<{ run: string; sandbox:
   return rows[0]!;
 }
 
+/** The platform re-creates the scope's sandbox: a new generation, recorded as the live one. */
+async function recreateSandbox(run: ProvisionedRun): Promise<number> {
+  const next = await createSandboxAt(fixture.provisioner.url, {
+    sandboxId: run.sandboxId,
+    threadId: run.threadId,
+    uid: run.uid,
+  });
+  await upsertSandbox(fixture.t.db, { ...run, generation: next });
+  return next;
+}
+
 describe('ADR row 4: finalize re-checks everything the delete relied on', () => {
   it('reports ALREADY_CLEAR without writing anything when the fence is already clear', async () => {
-    const run = await provisionedRootRun(t.db, provisioner);
+    const run = await provisionedRootRun(fixture.t.db, fixture.provisioner);
     const identity = await checkedAndReleased(run);
-    expect((await finalize(t.db, identity)).outcome).toBe(FinalizeOutcome.CLEARED);
+    expect((await finalize(fixture.t.db, identity)).outcome).toBe(FinalizeOutcome.CLEARED);
     const before = await rowVersions(run);
 
-    expect(await finalize(t.db, identity)).toEqual({ outcome: FinalizeOutcome.ALREADY_CLEAR });
+    expect(await finalize(fixture.t.db, identity)).toEqual({ outcome: FinalizeOutcome.ALREADY_CLEAR });
 
     expect(await rowVersions(run)).toEqual(before);
   });
 
   it('defers, keeping the fence, when a new active run appeared in the scope after the release', async () => {
-    const run = await provisionedRootRun(t.db, provisioner);
+    const run = await provisionedRootRun(fixture.t.db, fixture.provisioner);
     const identity = await checkedAndReleased(run);
-    const newcomer = await insertRun(t.db, {
-      uid: run.uid,
-      conversationId: run.conversationId,
-      threadId: run.threadId,
-      runtimeScopeId: run.runtimeScopeId,
-      status: 'running',
-    });
+    const newcomer = await insertOtherRun(fixture.t.db, run, { status: 'running' });
 
-    expect(await finalize(t.db, identity)).toEqual({
+    expect(await finalize(fixture.t.db, identity)).toEqual({
       outcome: FinalizeOutcome.DEFERRED,
       reason: DeferralReason.ACTIVE_RUN_IN_SCOPE,
       blockingRunId: newcomer,
     });
-    expect(await fenceOf(t.db, run.rootRunId)).toBe(true);
+    expect(await fenceOf(fixture.t.db, run.rootRunId)).toBe(true);
   });
 
   it('reports IDENTITY_CHANGED, keeping the fence, when the Workdir path changed', async () => {
-    const run = await provisionedRootRun(t.db, provisioner);
+    const run = await provisionedRootRun(fixture.t.db, fixture.provisioner);
     const identity = await checkedAndReleased(run);
-    await t.db.query('UPDATE conversations SET workdir_path = $2::text WHERE id = $1::bigint', [
+    await fixture.t.db.query('UPDATE conversations SET workdir_path = $2::text WHERE id = $1::bigint', [
       run.conversationId,
       `${run.workdirPath}-moved`,
     ]);
 
-    expect(await finalize(t.db, identity)).toEqual({
+    expect(await finalize(fixture.t.db, identity)).toEqual({
       outcome: FinalizeOutcome.IDENTITY_CHANGED,
       changed: ['workdir'],
     });
-    expect(await fenceOf(t.db, run.rootRunId)).toBe(true);
+    expect(await fenceOf(fixture.t.db, run.rootRunId)).toBe(true);
   });
 
   it('reports IDENTITY_CHANGED, keeping the fence and the new sandbox, when a new generation was recorded', async () => {
-    const run = await provisionedRootRun(t.db, provisioner);
+    const run = await provisionedRootRun(fixture.t.db, fixture.provisioner);
     const identity = await checkedAndReleased(run);
-    const next = await createSandboxAt(provisioner.url, {
-      sandboxId: run.sandboxId,
-      threadId: run.threadId,
-      uid: run.uid,
-    });
-    await upsertSandbox(t.db, { ...run, generation: next });
+    const next = await recreateSandbox(run);
 
     expect(next).toBe(run.generation + 1);
-    expect(await finalize(t.db, identity)).toEqual({
+    expect(await finalize(fixture.t.db, identity)).toEqual({
       outcome: FinalizeOutcome.IDENTITY_CHANGED,
       changed: ['generation'],
     });
-    expect(await fenceOf(t.db, run.rootRunId)).toBe(true);
-    const { rows } = await t.db.query<{ released: boolean }>(
+    expect(await fenceOf(fixture.t.db, run.rootRunId)).toBe(true);
+    const { rows } = await fixture.t.db.query<{ released: boolean }>(
       'SELECT released_at IS NOT NULL AS released FROM sandbox_runtimes WHERE uid = $1::text AND runtime_scope_id = $2::text',
       [run.uid, run.runtimeScopeId],
     );
     expect(rows[0]?.released).toBe(false);
-    expect(provisioner.sandbox(run.sandboxId)?.generation).toBe(next);
+    expect(fixture.provisioner.sandbox(run.sandboxId)?.generation).toBe(next);
   });
 
   it('reports IDENTITY_CHANGED, keeping the fence, when the fence was lowered and raised again since phase 1', async () => {
-    const run = await provisionedRootRun(t.db, provisioner);
+    const run = await provisionedRootRun(fixture.t.db, fixture.provisioner);
     const identity = await checkedAndReleased(run);
     for (const pending of [false, true]) {
-      await t.db.query('UPDATE agent_runs SET runtime_cleanup_pending = $2::boolean WHERE id = $1::text', [
-        run.rootRunId,
-        pending,
-      ]);
+      await fixture.t.db.query(
+        'UPDATE agent_runs SET runtime_cleanup_pending = $2::boolean WHERE id = $1::text',
+        [run.rootRunId, pending],
+      );
     }
 
-    expect(await finalize(t.db, identity)).toEqual({
+    expect(await finalize(fixture.t.db, identity)).toEqual({
       outcome: FinalizeOutcome.IDENTITY_CHANGED,
       changed: ['fence'],
     });
-    expect(await fenceOf(t.db, run.rootRunId)).toBe(true);
+    expect(await fenceOf(fixture.t.db, run.rootRunId)).toBe(true);
   });
 });
 
 describe('ADR row 4: duplicate and late cleanups converge', () => {
   it('clears the fence exactly once when ten full cleanups of one run race, and none of them fails', async () => {
-    const run = await provisionedRootRun(t.db, provisioner);
+    const run = await provisionedRootRun(fixture.t.db, fixture.provisioner);
     const racers = Array.from({ length: 10 }, () => newProvider());
     // Opening a pooled connection takes far longer than a phase (measured here: ~450 ms for nine at
     // once); warm ten up, or the first cleanup is done before the others have even started.
-    await holdConnectionsAtOnce(t.db, racers.length);
+    await holdConnectionsAtOnce(fixture.t.db, racers.length);
     // Latency so the racers' fence checks all pass before the first finalize, and their DELETEs overlap.
-    provisioner.setFault(run.sandboxId, { latencyMs: 200 });
+    fixture.provisioner.setFault(run.sandboxId, { latencyMs: 200 });
 
-    const outcomes = await Promise.all(racers.map((racer) => fullCleanup(t.db, run.rootRunId, racer)));
-    provisioner.clearFaults();
+    const outcomes = await Promise.all(
+      racers.map((racer) => fullCleanup(fixture.t.db, run.rootRunId, racer)),
+    );
+    fixture.provisioner.clearFaults();
 
     expect(outcomes.filter((outcome) => outcome === FinalizeOutcome.CLEARED)).toHaveLength(1);
     expect(outcomes.filter((outcome) => outcome === FinalizeOutcome.ALREADY_CLEAR)).toHaveLength(9);
-    const statuses = deletesOf(provisioner, run.sandboxId).map((entry) => entry.status);
+    const statuses = deletesOf(fixture.provisioner, run.sandboxId).map((entry) => entry.status);
     // The race was real: several cleanups got as far as the DELETE (all ten, as measured here).
     expect(statuses.length).toBeGreaterThan(1);
     expect(statuses.filter((status) => status === 200)).toHaveLength(1);
     expect(statuses.every((status) => status === 200 || status === 404 || status === 409)).toBe(true);
-    expect(await fenceOf(t.db, run.rootRunId)).toBe(false);
-    expect(provisioner.isProcessAlive(run.pid)).toBe(false);
+    expect(await fenceOf(fixture.t.db, run.rootRunId)).toBe(false);
+    expect(fixture.provisioner.isProcessAlive(run.pid)).toBe(false);
   });
 
   it('answers a duplicate release after the clear with ABSENT, and its finalize with ALREADY_CLEAR', async () => {
-    const run = await provisionedRootRun(t.db, provisioner);
+    const run = await provisionedRootRun(fixture.t.db, fixture.provisioner);
     const identity = await checkedAndReleased(run);
-    expect((await finalize(t.db, identity)).outcome).toBe(FinalizeOutcome.CLEARED);
+    expect((await finalize(fixture.t.db, identity)).outcome).toBe(FinalizeOutcome.CLEARED);
 
     const again = await release(identity, { provider: shared.provider, runtimeCleanupTimeoutMs: 10_000 });
 
     expect(again.outcome).toBe(ReleaseOutcome.ABSENT);
-    expect((await finalize(t.db, identity)).outcome).toBe(FinalizeOutcome.ALREADY_CLEAR);
+    expect((await finalize(fixture.t.db, identity)).outcome).toBe(FinalizeOutcome.ALREADY_CLEAR);
   });
 
   it('answers a late release of generation 1 with SUPERSEDED and leaves the generation-2 sandbox running', async () => {
-    const run = await provisionedRootRun(t.db, provisioner);
+    const run = await provisionedRootRun(fixture.t.db, fixture.provisioner);
     const oldIdentity = await checkedAndReleased(run);
-    expect((await finalize(t.db, oldIdentity)).outcome).toBe(FinalizeOutcome.CLEARED);
+    expect((await finalize(fixture.t.db, oldIdentity)).outcome).toBe(FinalizeOutcome.CLEARED);
     // The scope is free again: the platform admits a new run and re-creates the sandbox.
-    await insertRun(t.db, {
-      uid: run.uid,
-      conversationId: run.conversationId,
-      threadId: run.threadId,
-      runtimeScopeId: run.runtimeScopeId,
-      status: 'running',
-    });
-    const next = await createSandboxAt(provisioner.url, {
-      sandboxId: run.sandboxId,
-      threadId: run.threadId,
-      uid: run.uid,
-    });
-    await upsertSandbox(t.db, { ...run, generation: next });
-    const live = provisioner.sandbox(run.sandboxId)!;
+    await insertOtherRun(fixture.t.db, run, { status: 'running' });
+    const next = await recreateSandbox(run);
+    const live = fixture.provisioner.sandbox(run.sandboxId)!;
 
     const late = await release(oldIdentity, { provider: shared.provider, runtimeCleanupTimeoutMs: 10_000 });
 
     expect(oldIdentity.generation).toBe(1);
     expect(next).toBe(2);
     expect(late.outcome).toBe(ReleaseOutcome.SUPERSEDED);
-    expect(deletesOf(provisioner, run.sandboxId).at(-1)).toMatchObject({ status: 409, generation: 1 });
-    expect(provisioner.sandbox(run.sandboxId)).toMatchObject({ generation: 2, pid: live.pid, alive: true });
-    expect(provisioner.isProcessAlive(live.pid)).toBe(true);
+    expect(deletesOf(fixture.provisioner, run.sandboxId).at(-1)).toMatchObject({
+      status: 409,
+      generation: 1,
+    });
+    expect(fixture.provisioner.sandbox(run.sandboxId)).toMatchObject({
+      generation: 2,
+      pid: live.pid,
+      alive: true,
+    });
+    expect(fixture.provisioner.isProcessAlive(live.pid)).toBe(true);
     expect(await pathExists(live.dir)).toBe(true);
     // Its finalize changes nothing either: generation 2 is not marked released.
-    expect((await finalize(t.db, oldIdentity)).outcome).toBe(FinalizeOutcome.ALREADY_CLEAR);
-    const { rows } = await t.db.query<{ generation: string; released: boolean }>(
+    expect((await finalize(fixture.t.db, oldIdentity)).outcome).toBe(FinalizeOutcome.ALREADY_CLEAR);
+    const { rows } = await fixture.t.db.query<{ generation: string; released: boolean }>(
       `SELECT generation::text, released_at IS NOT NULL AS released FROM sandbox_runtimes
        WHERE uid = $1::text AND runtime_scope_id = $2::text`,
       [run.uid, run.runtimeScopeId],

@@ -1,7 +1,4 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   CleanupTimeoutError,
   ErrorCode,
@@ -14,9 +11,9 @@ import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { finalize } from '../../functions/cleanup/finalize.ts';
 import { release } from '../../functions/cleanup/release.ts';
 import { type CleanupIdentity, FinalizeOutcome, ReleaseOutcome } from '../../functions/cleanup/types.ts';
-import { type Fault, type LocalProvisioner, startProvisioner } from '../../infra/local/provisioner/server.ts';
-import { createTestDatabase, type TestDatabase } from '../support/database.ts';
+import type { Fault } from '../../infra/local/provisioner/server.ts';
 import { fenceOf } from '../support/factories.ts';
+import { useProvisionerFixture } from '../support/fixtures.ts';
 import {
   deletesOf,
   isDeleteOf,
@@ -26,7 +23,6 @@ import {
   rejectionOf,
   releaseNeeded,
   type TestProvider,
-  testProvider,
 } from '../support/probes.ts';
 import { eventually } from '../support/stack.ts';
 
@@ -37,36 +33,12 @@ import { eventually } from '../support/stack.ts';
  * finalize, after a release that succeeded, clears it. Also: a timed-out release leaves no request
  * running at the provisioner (the abort really closes the HTTP exchange).
  */
-let t: TestDatabase;
-let rootDir: string;
-let provisioner: LocalProvisioner;
-const providers: TestProvider[] = [];
-
-beforeAll(async () => {
-  t = await createTestDatabase();
-  rootDir = await mkdtemp(join(tmpdir(), 'rc-fence-'));
-  provisioner = await startProvisioner({ rootDir, graceMs: 500 });
-});
-afterEach(() => {
-  provisioner.clearFaults();
-});
-afterAll(async () => {
-  await Promise.all(providers.map(({ client }) => client.close()));
-  await provisioner?.stop();
-  await t?.drop();
-  if (rootDir) await rm(rootDir, { recursive: true, force: true });
-});
-
-function providerWith(timeouts: { provisionerDeleteTimeoutMs?: number } = {}): TestProvider {
-  const made = testProvider(provisioner.url, timeouts);
-  providers.push(made);
-  return made;
-}
+const fixture = useProvisionerFixture({ tempPrefix: 'rc-fence-' });
 
 /** Everything that says "the old runtime is not confirmed gone" for this run, checked at once. */
 async function expectFenceHeld(run: ProvisionedRun, identity: CleanupIdentity): Promise<void> {
-  expect(await fenceOf(t.db, run.rootRunId)).toBe(true);
-  const { rows } = await t.db.query<{ blocked: boolean; fence_set_at: string; released: boolean }>(
+  expect(await fenceOf(fixture.t.db, run.rootRunId)).toBe(true);
+  const { rows } = await fixture.t.db.query<{ blocked: boolean; fence_set_at: string; released: boolean }>(
     `SELECT runtime_cleanup_blocked($1::text, $2::text) AS blocked,
             (SELECT runtime_cleanup_pending_since::text FROM agent_runs WHERE id = $3::text) AS fence_set_at,
             (SELECT released_at IS NOT NULL FROM sandbox_runtimes
@@ -76,7 +48,7 @@ async function expectFenceHeld(run: ProvisionedRun, identity: CleanupIdentity): 
   // The platform admits no new run in the scope, and nothing was written about this fence.
   expect(rows[0]).toEqual({ blocked: true, fence_set_at: identity.fenceSetAt, released: false });
   // A retry starts over from phase 1 and finds the very same work to do.
-  expect(releaseNeeded(await fenceCheck(t.db, run.rootRunId))).toEqual(identity);
+  expect(releaseNeeded(await fenceCheck(fixture.t.db, run.rootRunId))).toEqual(identity);
 }
 
 /** After a failure: retry with the fault gone, and show that only finalize then clears the fence. */
@@ -85,22 +57,22 @@ async function expectRetrySucceedsAndOnlyFinalizeClears(
   identity: CleanupIdentity,
   sandboxes: TestProvider,
 ): Promise<void> {
-  provisioner.clearFaults();
+  fixture.provisioner.clearFaults();
   const released = await release(identity, { provider: sandboxes.provider, runtimeCleanupTimeoutMs: 10_000 });
   expect([ReleaseOutcome.DELETED, ReleaseOutcome.ABSENT]).toContain(released.outcome);
   // The delete is confirmed, but release alone never touches the fence.
-  expect(await fenceOf(t.db, run.rootRunId)).toBe(true);
-  expect((await finalize(t.db, identity)).outcome).toBe(FinalizeOutcome.CLEARED);
-  expect(await fenceOf(t.db, run.rootRunId)).toBe(false);
-  expect(provisioner.isProcessAlive(run.pid)).toBe(false);
+  expect(await fenceOf(fixture.t.db, run.rootRunId)).toBe(true);
+  expect((await finalize(fixture.t.db, identity)).outcome).toBe(FinalizeOutcome.CLEARED);
+  expect(await fenceOf(fixture.t.db, run.rootRunId)).toBe(false);
+  expect(fixture.provisioner.isProcessAlive(run.pid)).toBe(false);
 }
 
 describe('ADR row 2: the fence stays up while the release is blocked, fails or times out', () => {
   it('keeps the fence while the DELETE hangs at the provisioner', async () => {
-    const run = await provisionedRootRun(t.db, provisioner);
-    const identity = releaseNeeded(await fenceCheck(t.db, run.rootRunId));
-    const sandboxes = providerWith();
-    provisioner.setFault(run.sandboxId, { hang: true });
+    const run = await provisionedRootRun(fixture.t.db, fixture.provisioner);
+    const identity = releaseNeeded(await fenceCheck(fixture.t.db, run.rootRunId));
+    const sandboxes = fixture.testProvider();
+    fixture.provisioner.setFault(run.sandboxId, { hang: true });
     const deadline = new AbortController();
 
     const releasing = release(identity, {
@@ -108,13 +80,13 @@ describe('ADR row 2: the fence stays up while the release is blocked, fails or t
       runtimeCleanupTimeoutMs: 20_000,
       signal: deadline.signal,
     });
-    await provisioner.waitForRequest(isDeleteOf(run.sandboxId), 5_000);
+    await fixture.provisioner.waitForRequest(isDeleteOf(run.sandboxId), 5_000);
     await expectFenceHeld(run, identity);
 
     deadline.abort(new CleanupTimeoutError('the caller gave up', {}));
     expect(await rejectionOf(releasing)).toBeInstanceOf(CleanupTimeoutError);
     await expectFenceHeld(run, identity);
-    expect(provisioner.isProcessAlive(run.pid)).toBe(true);
+    expect(fixture.provisioner.isProcessAlive(run.pid)).toBe(true);
     await expectRetrySucceedsAndOnlyFinalizeClears(run, identity, sandboxes);
   });
 
@@ -170,12 +142,12 @@ describe('ADR row 2: the fence stays up while the release is blocked, fails or t
   it.each(failures)(
     'keeps the fence after $name, until a later successful release and finalize',
     async (failure) => {
-      const run = await provisionedRootRun(t.db, provisioner);
-      const identity = releaseNeeded(await fenceCheck(t.db, run.rootRunId));
-      const sandboxes = providerWith({
+      const run = await provisionedRootRun(fixture.t.db, fixture.provisioner);
+      const identity = releaseNeeded(await fenceCheck(fixture.t.db, run.rootRunId));
+      const sandboxes = fixture.testProvider({
         provisionerDeleteTimeoutMs: failure.provisionerDeleteTimeoutMs ?? 10_000,
       });
-      provisioner.setFault(run.sandboxId, failure.fault);
+      fixture.provisioner.setFault(run.sandboxId, failure.fault);
 
       const error = await rejectionOf(
         release(identity, {
@@ -188,27 +160,27 @@ describe('ADR row 2: the fence stays up while the release is blocked, fails or t
       expect(error).toMatchObject({ code: failure.code, retryable: failure.retryable });
       await expectFenceHeld(run, identity);
       // None of these failures touched the sandbox: the old runtime really still exists.
-      expect(provisioner.sandbox(run.sandboxId)?.pid).toBe(run.pid);
-      expect(provisioner.isProcessAlive(run.pid)).toBe(true);
+      expect(fixture.provisioner.sandbox(run.sandboxId)?.pid).toBe(run.pid);
+      expect(fixture.provisioner.isProcessAlive(run.pid)).toBe(true);
       expect(await pathExists(run.dir)).toBe(true);
       await expectRetrySucceedsAndOnlyFinalizeClears(run, identity, sandboxes);
     },
   );
 
   it('keeps the fence when the sandbox was deleted but the answer was lost and the retry also failed', async () => {
-    const run = await provisionedRootRun(t.db, provisioner);
-    const identity = releaseNeeded(await fenceCheck(t.db, run.rootRunId));
-    const sandboxes = providerWith();
+    const run = await provisionedRootRun(fixture.t.db, fixture.provisioner);
+    const identity = releaseNeeded(await fenceCheck(fixture.t.db, run.rootRunId));
+    const sandboxes = fixture.testProvider();
     // The first DELETE really deletes and its answer is lost; the internal retry is then refused.
-    provisioner.setFault(run.sandboxId, { reset: true, afterHandling: true, times: 1 });
-    provisioner.setFault(run.sandboxId, { status: 503 });
+    fixture.provisioner.setFault(run.sandboxId, { reset: true, afterHandling: true, times: 1 });
+    fixture.provisioner.setFault(run.sandboxId, { status: 503 });
 
     const error = await rejectionOf(
       release(identity, { provider: sandboxes.provider, runtimeCleanupTimeoutMs: 10_000 }),
     );
 
     expect(error).toBeInstanceOf(ProvisionerUnavailableError);
-    expect(deletesOf(provisioner, run.sandboxId)[0]?.deletedGeneration).toBe(run.generation);
+    expect(deletesOf(fixture.provisioner, run.sandboxId)[0]?.deletedGeneration).toBe(run.generation);
     // Gone at the provisioner but not confirmed to us: the fence must still say "not confirmed".
     await expectFenceHeld(run, identity);
     // The next attempt hears 404, which is success, and only then may finalize clear the fence.
@@ -231,10 +203,12 @@ describe('a timed-out release leaves nothing running at the provisioner', () => 
   ])(
     'closes the hung DELETE when $name passes: in-flight drops to 0 and the request is recorded as aborted',
     async (limits) => {
-      const run = await provisionedRootRun(t.db, provisioner);
-      const identity = releaseNeeded(await fenceCheck(t.db, run.rootRunId));
-      const sandboxes = providerWith({ provisionerDeleteTimeoutMs: limits.provisionerDeleteTimeoutMs });
-      provisioner.setFault(run.sandboxId, { hang: true });
+      const run = await provisionedRootRun(fixture.t.db, fixture.provisioner);
+      const identity = releaseNeeded(await fenceCheck(fixture.t.db, run.rootRunId));
+      const sandboxes = fixture.testProvider({
+        provisionerDeleteTimeoutMs: limits.provisionerDeleteTimeoutMs,
+      });
+      fixture.provisioner.setFault(run.sandboxId, { hang: true });
 
       await rejectionOf(
         release(identity, {
@@ -245,17 +219,17 @@ describe('a timed-out release leaves nothing running at the provisioner', () => 
 
       await eventually(
         'the provisioner to see the client leave',
-        async () => provisioner.inFlight() === 0,
+        async () => fixture.provisioner.inFlight() === 0,
         5_000,
       );
-      const [entry, ...more] = deletesOf(provisioner, run.sandboxId);
+      const [entry, ...more] = deletesOf(fixture.provisioner, run.sandboxId);
       expect(more).toEqual([]);
       expect(entry).toMatchObject({ outcome: 'aborted', fault: 'hang' });
       expect(entry?.deletedGeneration).toBeUndefined();
       // Even clearing the fault now cannot resume a delete nobody is waiting for.
-      provisioner.clearFaults();
-      expect(provisioner.sandbox(run.sandboxId)?.pid).toBe(run.pid);
-      expect(provisioner.isProcessAlive(run.pid)).toBe(true);
+      fixture.provisioner.clearFaults();
+      expect(fixture.provisioner.sandbox(run.sandboxId)?.pid).toBe(run.pid);
+      expect(fixture.provisioner.isProcessAlive(run.pid)).toBe(true);
       await expectFenceHeld(run, identity);
     },
   );

@@ -1,7 +1,4 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   CleanupTimeoutError,
   ErrorCode,
@@ -12,17 +9,14 @@ import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { release } from '../../functions/cleanup/release.ts';
 import { SandboxProvider } from '../../functions/cleanup/sandbox-provider.ts';
 import { ReleaseOutcome } from '../../functions/cleanup/types.ts';
-import { type LocalProvisioner, startProvisioner } from '../../infra/local/provisioner/server.ts';
-import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 import { fenceOf } from '../support/factories.ts';
+import { useProvisionerFixture } from '../support/fixtures.ts';
 import {
   deletesOf,
   type ProvisionedRun,
   provisionedRootRun,
   rejectionOf,
   releaseNeeded,
-  type TestProvider,
-  testProvider,
 } from '../support/probes.ts';
 
 /**
@@ -32,30 +26,10 @@ import {
  * overall cleanup deadline also cuts a lock wait short, and a waiter that gave up leaves no trace
  * in the lock.
  */
-let t: TestDatabase;
-let rootDir: string;
-let provisioner: LocalProvisioner;
-const providers: TestProvider[] = [];
-
-beforeAll(async () => {
-  t = await createTestDatabase();
-  rootDir = await mkdtemp(join(tmpdir(), 'rc-keyed-lock-'));
-  provisioner = await startProvisioner({ rootDir, graceMs: 500 });
-});
-afterEach(() => {
-  provisioner.clearFaults();
-});
-afterAll(async () => {
-  await Promise.all(providers.map(({ client }) => client.close()));
-  await provisioner?.stop();
-  await t?.drop();
-  if (rootDir) await rm(rootDir, { recursive: true, force: true });
-});
+const fixture = useProvisionerFixture({ tempPrefix: 'rc-keyed-lock-' });
 
 function providerWith(releaseLockTimeoutMs: number): SandboxProvider {
-  const made = testProvider(provisioner.url, { releaseLockTimeoutMs });
-  providers.push(made);
-  return made.provider;
+  return fixture.testProvider({ releaseLockTimeoutMs }).provider;
 }
 
 /** Takes the scope's keyed lock the way another release in this process would hold it. */
@@ -68,8 +42,8 @@ function holdScopeLock(provider: SandboxProvider, run: ProvisionedRun): Promise<
 
 describe('ADR row 3: the wait for the provider keyed lock is bounded', () => {
   it('fails with RELEASE_LOCK_TIMEOUT after the lock timeout while the scope lock is held, and never sends the DELETE', async () => {
-    const run = await provisionedRootRun(t.db, provisioner);
-    const identity = releaseNeeded(await fenceCheck(t.db, run.rootRunId));
+    const run = await provisionedRootRun(fixture.t.db, fixture.provisioner);
+    const identity = releaseNeeded(await fenceCheck(fixture.t.db, run.rootRunId));
     const provider = providerWith(150);
     const unlock = await holdScopeLock(provider, run);
 
@@ -81,21 +55,21 @@ describe('ADR row 3: the wait for the provider keyed lock is bounded', () => {
       retryable: true,
       details: { uid: run.uid, runtimeScopeId: run.runtimeScopeId, lockTimeoutMs: 150 },
     });
-    expect(deletesOf(provisioner, run.sandboxId)).toEqual([]);
-    expect(provisioner.isProcessAlive(run.pid)).toBe(true);
-    expect(await fenceOf(t.db, run.rootRunId)).toBe(true);
+    expect(deletesOf(fixture.provisioner, run.sandboxId)).toEqual([]);
+    expect(fixture.provisioner.isProcessAlive(run.pid)).toBe(true);
+    expect(await fenceOf(fixture.t.db, run.rootRunId)).toBe(true);
 
     // The lock was the only obstacle: once it is free the same release goes through.
     unlock();
     expect((await release(identity, { provider, runtimeCleanupTimeoutMs: 10_000 })).outcome).toBe(
       ReleaseOutcome.DELETED,
     );
-    expect(deletesOf(provisioner, run.sandboxId)).toHaveLength(1);
+    expect(deletesOf(fixture.provisioner, run.sandboxId)).toHaveLength(1);
   });
 
   it('lets the overall cleanup deadline abort a lock wait (CLEANUP_TIMEOUT), and the abandoned waiter never gets the lock', async () => {
-    const run = await provisionedRootRun(t.db, provisioner);
-    const identity = releaseNeeded(await fenceCheck(t.db, run.rootRunId));
+    const run = await provisionedRootRun(fixture.t.db, fixture.provisioner);
+    const identity = releaseNeeded(await fenceCheck(fixture.t.db, run.rootRunId));
     const provider = providerWith(30_000);
     const unlock = await holdScopeLock(provider, run);
 
@@ -103,15 +77,15 @@ describe('ADR row 3: the wait for the provider keyed lock is bounded', () => {
 
     expect(error).toBeInstanceOf(CleanupTimeoutError);
     expect(error).toMatchObject({ code: ErrorCode.CLEANUP_TIMEOUT, retryable: true });
-    expect(deletesOf(provisioner, run.sandboxId)).toEqual([]);
+    expect(deletesOf(fixture.provisioner, run.sandboxId)).toEqual([]);
     // Had the waiter stayed queued, this unlock would hand it the lock and the scope would stay held.
     unlock();
     expect(provider.lock.isHeld(SandboxProvider.lockKey(run))).toBe(false);
   });
 
   it("lets the caller's own deadline (the Lambda's remaining time) abort a lock wait with its reason", async () => {
-    const run = await provisionedRootRun(t.db, provisioner);
-    const identity = releaseNeeded(await fenceCheck(t.db, run.rootRunId));
+    const run = await provisionedRootRun(fixture.t.db, fixture.provisioner);
+    const identity = releaseNeeded(await fenceCheck(fixture.t.db, run.rootRunId));
     const provider = providerWith(30_000);
     const unlock = await holdScopeLock(provider, run);
     const lambdaDeadline = new AbortController();
@@ -127,14 +101,14 @@ describe('ADR row 3: the wait for the provider keyed lock is bounded', () => {
     expect(await rejectionOf(releasing)).toBe(reason);
     unlock();
     expect(provider.lock.heldKeys).toBe(0);
-    expect(deletesOf(provisioner, run.sandboxId)).toEqual([]);
+    expect(deletesOf(fixture.provisioner, run.sandboxId)).toEqual([]);
   });
 
   it('releases the scope lock whatever the delete answered, so the next release is not blocked', async () => {
-    const run = await provisionedRootRun(t.db, provisioner);
-    const identity = releaseNeeded(await fenceCheck(t.db, run.rootRunId));
+    const run = await provisionedRootRun(fixture.t.db, fixture.provisioner);
+    const identity = releaseNeeded(await fenceCheck(fixture.t.db, run.rootRunId));
     const provider = providerWith(150);
-    provisioner.setFault(run.sandboxId, { status: 503, times: 1 });
+    fixture.provisioner.setFault(run.sandboxId, { status: 503, times: 1 });
 
     expect(
       await rejectionOf(release(identity, { provider, runtimeCleanupTimeoutMs: 10_000 })),
@@ -146,10 +120,10 @@ describe('ADR row 3: the wait for the provider keyed lock is bounded', () => {
   });
 
   it('sends the DELETEs of two concurrent releases of one scope one after the other', async () => {
-    const run = await provisionedRootRun(t.db, provisioner);
-    const identity = releaseNeeded(await fenceCheck(t.db, run.rootRunId));
+    const run = await provisionedRootRun(fixture.t.db, fixture.provisioner);
+    const identity = releaseNeeded(await fenceCheck(fixture.t.db, run.rootRunId));
     const provider = providerWith(10_000);
-    provisioner.setFault(run.sandboxId, { latencyMs: 150, times: 1 });
+    fixture.provisioner.setFault(run.sandboxId, { latencyMs: 150, times: 1 });
 
     const outcomes = await Promise.all([
       release(identity, { provider, runtimeCleanupTimeoutMs: 10_000 }),
@@ -157,7 +131,7 @@ describe('ADR row 3: the wait for the provider keyed lock is bounded', () => {
     ]);
 
     expect(outcomes.map((result) => result.outcome)).toEqual([ReleaseOutcome.DELETED, ReleaseOutcome.ABSENT]);
-    const [first, second] = deletesOf(provisioner, run.sandboxId);
+    const [first, second] = deletesOf(fixture.provisioner, run.sandboxId);
     // The second request arrived only after the first was answered: the lock, not the
     // provisioner, serialised them.
     expect(second!.startedAt).toBeGreaterThanOrEqual(first!.endedAt!);

@@ -1,15 +1,11 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { finalize } from '../../functions/cleanup/finalize.ts';
 import { release } from '../../functions/cleanup/release.ts';
 import { FinalizeOutcome, ReleaseOutcome } from '../../functions/cleanup/types.ts';
 import type { Database } from '../../functions/platform/database.ts';
-import { type LocalProvisioner, startProvisioner } from '../../infra/local/provisioner/server.ts';
-import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 import { fenceOf } from '../support/factories.ts';
+import { useProvisionerFixture } from '../support/fixtures.ts';
 import {
   databaseActivity,
   isDeleteOf,
@@ -19,7 +15,6 @@ import {
   provisionedRootRun,
   releaseNeeded,
   type TestProvider,
-  testProvider,
 } from '../support/probes.ts';
 
 /**
@@ -30,37 +25,23 @@ import {
  * phase 1 and phase 3 open on purpose and show the very same probes fail then, so a passing probe
  * means "free", not "the probe cannot see the lock".
  */
-let t: TestDatabase;
+const fixture = useProvisionerFixture({ tempPrefix: 'rc-lock-freedom-' });
 let other: Database;
-let rootDir: string;
-let provisioner: LocalProvisioner;
 let sandboxes: TestProvider;
 
 beforeAll(async () => {
-  t = await createTestDatabase();
-  other = await t.connect({ maxConnections: 2 });
-  rootDir = await mkdtemp(join(tmpdir(), 'rc-lock-freedom-'));
-  provisioner = await startProvisioner({ rootDir, graceMs: 500 });
-  sandboxes = testProvider(provisioner.url);
-});
-afterEach(() => {
-  provisioner.clearFaults();
-});
-afterAll(async () => {
-  await sandboxes?.client.close();
-  await provisioner?.stop();
-  await t?.drop();
-  if (rootDir) await rm(rootDir, { recursive: true, force: true });
+  other = await fixture.t.connect({ maxConnections: 2 });
+  sandboxes = fixture.testProvider();
 });
 
 describe('ADR row 1: no database lock is held while the sandbox delete waits', () => {
   it('lets another connection lock the run row (NOWAIT) and the scope advisory lock while the DELETE hangs', async () => {
-    const run = await provisionedRootRun(t.db, provisioner);
-    const identity = releaseNeeded(await fenceCheck(t.db, run.rootRunId));
-    provisioner.setFault(run.sandboxId, { hang: true });
+    const run = await provisionedRootRun(fixture.t.db, fixture.provisioner);
+    const identity = releaseNeeded(await fenceCheck(fixture.t.db, run.rootRunId));
+    fixture.provisioner.setFault(run.sandboxId, { hang: true });
 
     const releasing = release(identity, { provider: sandboxes.provider, runtimeCleanupTimeoutMs: 20_000 });
-    await provisioner.waitForRequest(isDeleteOf(run.sandboxId), 5_000);
+    await fixture.provisioner.waitForRequest(isDeleteOf(run.sandboxId), 5_000);
 
     expect(await probeCleanupLocks(other, run)).toEqual({ rowLock: 'free', scopeLock: 'free' });
     // Stronger than the two probes: nothing in this database holds an advisory lock or sits in an
@@ -69,29 +50,29 @@ describe('ADR row 1: no database lock is held while the sandbox delete waits', (
     // The durable fence, not a lock, is what covers the wait.
     expect(await fenceOf(other, run.rootRunId)).toBe(true);
 
-    provisioner.clearFaults(run.sandboxId);
+    fixture.provisioner.clearFaults(run.sandboxId);
     expect((await releasing).outcome).toBe(ReleaseOutcome.DELETED);
   });
 
   it('runs fence check → release → finalize end to end: the sandbox process and directory are gone and the fence is clear', async () => {
-    const run = await provisionedRootRun(t.db, provisioner);
-    expect(provisioner.isProcessAlive(run.pid)).toBe(true);
+    const run = await provisionedRootRun(fixture.t.db, fixture.provisioner);
+    expect(fixture.provisioner.isProcessAlive(run.pid)).toBe(true);
     expect(await pathExists(run.dir)).toBe(true);
 
-    const identity = releaseNeeded(await fenceCheck(t.db, run.rootRunId));
+    const identity = releaseNeeded(await fenceCheck(fixture.t.db, run.rootRunId));
     const released = await release(identity, {
       provider: sandboxes.provider,
       runtimeCleanupTimeoutMs: 20_000,
     });
     expect(released.outcome).toBe(ReleaseOutcome.DELETED);
-    const finalized = await finalize(t.db, identity);
+    const finalized = await finalize(fixture.t.db, identity);
 
     expect(finalized.outcome).toBe(FinalizeOutcome.CLEARED);
-    expect(await fenceOf(t.db, run.rootRunId)).toBe(false);
-    expect(provisioner.sandbox(run.sandboxId)).toBeUndefined();
-    expect(provisioner.isProcessAlive(run.pid)).toBe(false);
+    expect(await fenceOf(fixture.t.db, run.rootRunId)).toBe(false);
+    expect(fixture.provisioner.sandbox(run.sandboxId)).toBeUndefined();
+    expect(fixture.provisioner.isProcessAlive(run.pid)).toBe(false);
     expect(await pathExists(run.dir)).toBe(false);
-    const { rows } = await t.db.query<{ released: boolean }>(
+    const { rows } = await fixture.t.db.query<{ released: boolean }>(
       'SELECT released_at IS NOT NULL AS released FROM sandbox_runtimes WHERE uid = $1::text AND runtime_scope_id = $2::text',
       [run.uid, run.runtimeScopeId],
     );
@@ -101,8 +82,8 @@ describe('ADR row 1: no database lock is held while the sandbox delete waits', (
 
 describe('negative controls: the same probes fail while a phase transaction is open', () => {
   it('sees the row lock (55P03) and the scope lock held while phase 1 (fence check) is uncommitted, and free after its commit', async () => {
-    const run = await provisionedRootRun(t.db, provisioner);
-    const paused = pausingDatabase(t.db);
+    const run = await provisionedRootRun(fixture.t.db, fixture.provisioner);
+    const paused = pausingDatabase(fixture.t.db);
     const checking = fenceCheck(paused, run.rootRunId);
     try {
       await paused.paused;
@@ -116,11 +97,11 @@ describe('negative controls: the same probes fail while a phase transaction is o
   });
 
   it('sees the row lock (55P03) and the scope lock held while phase 3 (finalize) is uncommitted, and free after its commit', async () => {
-    const run = await provisionedRootRun(t.db, provisioner);
-    const identity = releaseNeeded(await fenceCheck(t.db, run.rootRunId));
+    const run = await provisionedRootRun(fixture.t.db, fixture.provisioner);
+    const identity = releaseNeeded(await fenceCheck(fixture.t.db, run.rootRunId));
     await release(identity, { provider: sandboxes.provider, runtimeCleanupTimeoutMs: 20_000 });
 
-    const paused = pausingDatabase(t.db);
+    const paused = pausingDatabase(fixture.t.db);
     const finalizing = finalize(paused, identity);
     try {
       await paused.paused;

@@ -1,7 +1,4 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { ReceiveMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
+import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import type { Context, SQSEvent } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createFenceCheckHandler } from '../../functions/fence-check/handler.ts';
@@ -11,47 +8,27 @@ import { createProvider } from '../../functions/platform/dependencies.ts';
 import { withObservability } from '../../functions/platform/lambda.ts';
 import { METRICS_NAMESPACE, MetricName } from '../../functions/platform/metric-names.ts';
 import { createTelemetry } from '../../functions/platform/observability.ts';
-import { createQueues, createSqsClient, QueueName, type Queues } from '../../functions/platform/queues.ts';
+import { QueueName } from '../../functions/platform/queues.ts';
 import { createReleaseHandler } from '../../functions/release/handler.ts';
 import { toSqsRecord } from '../../infra/local/event-source.ts';
-import { type LocalProvisioner, startProvisioner } from '../../infra/local/provisioner/server.ts';
-import { createQueues as createQueuesOnEndpoint } from '../../infra/local/queue-setup.ts';
-import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 import { finishedRootRun } from '../support/factories.ts';
+import { useProvisionerFixture, useSqsFixture } from '../support/fixtures.ts';
 
 /**
  * What an on-call engineer sees in CloudWatch: the JSON log lines and EMF metric documents the
  * real handlers print, captured from stdout while one cleanup runs through all three phases.
  */
-let t: TestDatabase;
-let provisioner: LocalProvisioner;
-let sqs: SQSClient;
-let queues: Queues;
-let stopSqs: () => Promise<void>;
-let rootDir: string;
+const fixture = useProvisionerFixture({ tempPrefix: 'observability-', graceMs: 200 });
+const sqsFixture = useSqsFixture();
 const SECRET = 's3cr3t-Pa55w0rd';
 
-beforeAll(async () => {
+beforeAll(() => {
   process.env.POWERTOOLS_METRICS_DISABLED = 'false';
   // Lambda sets this; Powertools counts a cold start only when it says 'on-demand'.
   process.env.AWS_LAMBDA_INITIALIZATION_TYPE = 'on-demand';
-  t = await createTestDatabase();
-  rootDir = await mkdtemp(join(tmpdir(), 'observability-'));
-  provisioner = await startProvisioner({ rootDir, graceMs: 200 });
-  const { startFauxqs } = await import('fauxqs');
-  const fauxqs = await startFauxqs({ port: 0, host: '127.0.0.1', logger: false });
-  stopSqs = () => fauxqs.stop();
-  sqs = createSqsClient({ endpoint: `http://127.0.0.1:${fauxqs.port}` });
-  await createQueuesOnEndpoint(sqs);
-  queues = createQueues({ client: sqs });
 });
-afterAll(async () => {
+afterAll(() => {
   process.env.POWERTOOLS_METRICS_DISABLED = 'true';
-  sqs?.destroy();
-  await stopSqs?.();
-  await provisioner?.stop();
-  await rm(rootDir, { recursive: true, force: true });
-  await t?.drop();
 });
 
 /** Runs `work` and returns every JSON line written to stdout and stderr meanwhile (and hides them). */
@@ -79,9 +56,9 @@ async function captureStdout(work: () => Promise<void>): Promise<Record<string, 
 }
 
 async function takeOne(queue: string): Promise<SQSEvent> {
-  const url = await queues.url(queue);
+  const url = await sqsFixture.queues.url(queue);
   for (let i = 0; i < 50; i += 1) {
-    const { Messages } = await sqs.send(
+    const { Messages } = await sqsFixture.sqs.send(
       new ReceiveMessageCommand({
         QueueUrl: url,
         MaxNumberOfMessages: 1,
@@ -137,15 +114,15 @@ function emfMetrics(lines: Record<string, unknown>[]) {
 
 describe('logs and metrics of one cleanup', () => {
   it('emit EMF metrics with names, units and dimensions, and logs that carry the correlation keys', async () => {
-    const s = await finishedRootRun(t.db);
-    await fetch(`${provisioner.url}/api/sandboxes`, {
+    const s = await finishedRootRun(fixture.t.db);
+    await fetch(`${fixture.provisioner.url}/api/sandboxes`, {
       method: 'POST',
       body: JSON.stringify({ sandbox_id: s.sandboxId, thread_id: s.threadId, user_id: s.uid }),
     });
     // A configuration whose URLs carry secrets: they must never reach a captured line.
     const config = loadConfig({
       DATABASE_URL: `postgres://app:${SECRET}@db.internal:5432/app`,
-      SANDBOX_PROVISIONER_URL: `${provisioner.url}/?token=${SECRET}`,
+      SANDBOX_PROVISIONER_URL: `${fixture.provisioner.url}/?token=${SECRET}`,
     });
     const build = (name: string) => createTelemetry({ functionName: name, stage: 'test', logLevel: 'INFO' });
     const telemetry = {
@@ -153,7 +130,12 @@ describe('logs and metrics of one cleanup', () => {
       release: build('release'),
       finalize: build('finalize'),
     };
-    const deps = { db: t.db, queues, config, provider: createProvider(config, config.provisionerUrl!) };
+    const deps = {
+      db: fixture.t.db,
+      queues: sqsFixture.queues,
+      config,
+      provider: createProvider(config, config.provisionerUrl!),
+    };
     const fenceCheck = withObservability(
       createFenceCheckHandler({ ...deps, telemetry: telemetry.fenceCheck }),
       telemetry.fenceCheck,
@@ -167,13 +149,13 @@ describe('logs and metrics of one cleanup', () => {
       telemetry.finalize,
     );
 
-    await queues.send(QueueName.RUN_FINISHED, { runId: s.rootRunId });
+    await sqsFixture.queues.send(QueueName.RUN_FINISHED, { runId: s.rootRunId });
     const lines = await captureStdout(async () => {
       await fenceCheck(await takeOne(QueueName.RUN_FINISHED), lambdaContext('fence-check'));
       await release(await takeOne(QueueName.RUNTIME_RELEASE), lambdaContext('release'));
       await finalize(await takeOne(QueueName.RUNTIME_FINALIZE), lambdaContext('finalize'));
       // A second invocation for another (unknown) run: its lines must not carry the first run's keys.
-      await queues.send(QueueName.RUN_FINISHED, { runId: 'ghost' });
+      await sqsFixture.queues.send(QueueName.RUN_FINISHED, { runId: 'ghost' });
       await fenceCheck(await takeOne(QueueName.RUN_FINISHED), lambdaContext('fence-check'));
       // An error message that names the database URL is redacted on the way out.
       telemetry.finalize.logger.error('connection failed', {

@@ -1,8 +1,5 @@
-import { mkdtemp, rm } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
   CleanupTimeoutError,
@@ -17,7 +14,7 @@ import {
 } from '../../functions/cleanup/errors.ts';
 import { MAX_RESPONSE_BODY_BYTES, ProvisionerClient } from '../../functions/cleanup/provisioner-client.ts';
 import { ReleaseOutcome } from '../../functions/cleanup/types.ts';
-import { type LocalProvisioner, startProvisioner } from '../../infra/local/provisioner/server.ts';
+import { useLocalProvisionerFixture } from '../support/fixtures.ts';
 import { createSandboxAt, deletesOf, rejectionOf } from '../support/probes.ts';
 import { eventually } from '../support/stack.ts';
 
@@ -27,27 +24,21 @@ import { eventually } from '../support/stack.ts';
  * tiny hostile node:http server written here. Each contract reply maps to one outcome or one
  * error class with a stable code and the right `retryable`.
  */
-let rootDir: string;
-let provisioner: LocalProvisioner;
+const fixture = useLocalProvisionerFixture({ tempPrefix: 'rc-provisioner-client-' });
 let client: ProvisionerClient;
 const hostileServers: HostileServer[] = [];
 const extraClients: ProvisionerClient[] = [];
 let nextId = 0;
 
-beforeAll(async () => {
-  rootDir = await mkdtemp(join(tmpdir(), 'rc-provisioner-client-'));
-  provisioner = await startProvisioner({ rootDir, graceMs: 500 });
-  client = new ProvisionerClient(provisioner.url);
+beforeAll(() => {
+  client = new ProvisionerClient(fixture.provisioner.url);
 });
 afterEach(async () => {
-  provisioner.clearFaults();
   await Promise.all(hostileServers.splice(0).map((server) => server.close()));
   await Promise.all(extraClients.splice(0).map((other) => other.close()));
 });
 afterAll(async () => {
   await client?.close();
-  await provisioner?.stop();
-  if (rootDir) await rm(rootDir, { recursive: true, force: true });
 });
 
 function freshId(): string {
@@ -57,7 +48,11 @@ function freshId(): string {
 
 async function liveSandbox(): Promise<{ sandboxId: string; generation: number }> {
   const sandboxId = freshId();
-  const generation = await createSandboxAt(provisioner.url, { sandboxId, threadId: 'thread', uid: 'user' });
+  const generation = await createSandboxAt(fixture.provisioner.url, {
+    sandboxId,
+    threadId: 'thread',
+    uid: 'user',
+  });
   return { sandboxId, generation };
 }
 
@@ -118,7 +113,7 @@ describe('contract replies (contract §3)', () => {
   it('maps 200 to DELETED, and the sandbox is really gone', async () => {
     const { sandboxId, generation } = await liveSandbox();
     expect(await remove(sandboxId, generation)).toBe(ReleaseOutcome.DELETED);
-    expect(provisioner.sandbox(sandboxId)).toBeUndefined();
+    expect(fixture.provisioner.sandbox(sandboxId)).toBeUndefined();
   });
 
   it('maps 404 (no such sandbox) to ABSENT, a success', async () => {
@@ -128,10 +123,14 @@ describe('contract replies (contract §3)', () => {
   it('maps 409 with a newer current generation to SUPERSEDED and leaves the newer sandbox alone', async () => {
     const { sandboxId, generation } = await liveSandbox();
     await remove(sandboxId, generation);
-    const newer = await createSandboxAt(provisioner.url, { sandboxId, threadId: 'thread', uid: 'user' });
+    const newer = await createSandboxAt(fixture.provisioner.url, {
+      sandboxId,
+      threadId: 'thread',
+      uid: 'user',
+    });
 
     expect(await remove(sandboxId, generation)).toBe(ReleaseOutcome.SUPERSEDED);
-    expect(provisioner.sandbox(sandboxId)?.generation).toBe(newer);
+    expect(fixture.provisioner.sandbox(sandboxId)?.generation).toBe(newer);
   });
 
   it('maps 409 with an older current generation to a non-retryable GenerationAnomalyError', async () => {
@@ -145,12 +144,12 @@ describe('contract replies (contract §3)', () => {
       retryable: false,
       details: { currentGeneration: generation, generation: generation + 4 },
     });
-    expect(provisioner.sandbox(sandboxId)?.alive).toBe(true);
+    expect(fixture.provisioner.sandbox(sandboxId)?.alive).toBe(true);
   });
 
   it.each([500, 502, 503, 504])('maps %i to a retryable ProvisionerUnavailableError', async (status) => {
     const { sandboxId, generation } = await liveSandbox();
-    provisioner.setFault(sandboxId, { status });
+    fixture.provisioner.setFault(sandboxId, { status });
 
     const error = await rejectionOf(remove(sandboxId, generation));
 
@@ -166,7 +165,7 @@ describe('contract replies (contract §3)', () => {
     'maps %i to a non-retryable ProvisionerRejectedError',
     async (status) => {
       const { sandboxId, generation } = await liveSandbox();
-      provisioner.setFault(sandboxId, { status });
+      fixture.provisioner.setFault(sandboxId, { status });
 
       const error = await rejectionOf(remove(sandboxId, generation));
 
@@ -183,7 +182,7 @@ describe('contract replies (contract §3)', () => {
     'never counts %i as a confirmed delete (ProvisionerBadResponseError)',
     async (status) => {
       const { sandboxId, generation } = await liveSandbox();
-      provisioner.setFault(sandboxId, { status });
+      fixture.provisioner.setFault(sandboxId, { status });
 
       const error = await rejectionOf(remove(sandboxId, generation));
 
@@ -219,7 +218,7 @@ describe('409 bodies outside the contract', () => {
     ['a JSON array', '[2]'],
   ])('refuses %s with ProvisionerBadResponseError', async (_name, body) => {
     const { sandboxId, generation } = await liveSandbox();
-    provisioner.setFault(sandboxId, { status: 409, body });
+    fixture.provisioner.setFault(sandboxId, { status: 409, body });
 
     expect(await rejectionOf(remove(sandboxId, generation))).toBeInstanceOf(ProvisionerBadResponseError);
   });
@@ -239,19 +238,19 @@ describe('409 bodies outside the contract', () => {
   it('refuses an oversized 409 body without reading it all, even though it names a newer generation', async () => {
     const { sandboxId, generation } = await liveSandbox();
     await remove(sandboxId, generation);
-    await createSandboxAt(provisioner.url, { sandboxId, threadId: 'thread', uid: 'user' });
+    await createSandboxAt(fixture.provisioner.url, { sandboxId, threadId: 'thread', uid: 'user' });
     // The real answer, {"current_generation":2}, padded past the client's limit.
-    provisioner.setFault(sandboxId, { oversizedBodyBytes: MAX_RESPONSE_BODY_BYTES * 4 });
+    fixture.provisioner.setFault(sandboxId, { oversizedBodyBytes: MAX_RESPONSE_BODY_BYTES * 4 });
 
     expect(await rejectionOf(remove(sandboxId, generation))).toBeInstanceOf(ProvisionerBadResponseError);
-    expect(deletesOf(provisioner, sandboxId).at(-1)?.status).toBe(409);
+    expect(deletesOf(fixture.provisioner, sandboxId).at(-1)?.status).toBe(409);
   });
 });
 
 describe('bodies of successful replies', () => {
   it('accepts a 200 with a 20 MB body as DELETED', async () => {
     const { sandboxId, generation } = await liveSandbox();
-    provisioner.setFault(sandboxId, { oversizedBodyBytes: 20 * 1024 * 1024 });
+    fixture.provisioner.setFault(sandboxId, { oversizedBodyBytes: 20 * 1024 * 1024 });
 
     expect(await remove(sandboxId, generation)).toBe(ReleaseOutcome.DELETED);
   });
@@ -286,23 +285,26 @@ describe('bodies of successful replies', () => {
 describe('connection failures and timeouts', () => {
   it('retries once after a reset before any answer, and succeeds if the second attempt is answered', async () => {
     const { sandboxId, generation } = await liveSandbox();
-    provisioner.setFault(sandboxId, { reset: true, times: 1 });
+    fixture.provisioner.setFault(sandboxId, { reset: true, times: 1 });
 
     expect(await remove(sandboxId, generation)).toBe(ReleaseOutcome.DELETED);
-    expect(deletesOf(provisioner, sandboxId).map((entry) => entry.outcome)).toEqual(['reset', 'answered']);
+    expect(deletesOf(fixture.provisioner, sandboxId).map((entry) => entry.outcome)).toEqual([
+      'reset',
+      'answered',
+    ]);
   });
 
   it('hears ABSENT on the retry when the reset only lost the answer of a delete that happened', async () => {
     const { sandboxId, generation } = await liveSandbox();
-    provisioner.setFault(sandboxId, { reset: true, afterHandling: true, times: 1 });
+    fixture.provisioner.setFault(sandboxId, { reset: true, afterHandling: true, times: 1 });
 
     expect(await remove(sandboxId, generation)).toBe(ReleaseOutcome.ABSENT);
-    expect(provisioner.sandbox(sandboxId)).toBeUndefined();
+    expect(fixture.provisioner.sandbox(sandboxId)).toBeUndefined();
   });
 
   it('fails with a retryable ProvisionerConnectionError after exactly one retry when every attempt is reset', async () => {
     const { sandboxId, generation } = await liveSandbox();
-    provisioner.setFault(sandboxId, { reset: true });
+    fixture.provisioner.setFault(sandboxId, { reset: true });
 
     const error = await rejectionOf(remove(sandboxId, generation));
 
@@ -312,7 +314,7 @@ describe('connection failures and timeouts', () => {
       retryable: true,
       details: { reset: true },
     });
-    expect(deletesOf(provisioner, sandboxId)).toHaveLength(2);
+    expect(deletesOf(fixture.provisioner, sandboxId)).toHaveLength(2);
   });
 
   it('fails with a retryable ProvisionerConnectionError when the connection is refused', async () => {
@@ -329,21 +331,25 @@ describe('connection failures and timeouts', () => {
 
   it('fails with ProvisionerDeleteTimeoutError when no answer comes within the delete timeout, and leaves nothing in flight', async () => {
     const { sandboxId, generation } = await liveSandbox();
-    provisioner.setFault(sandboxId, { hang: true });
+    fixture.provisioner.setFault(sandboxId, { hang: true });
 
     const error = await rejectionOf(remove(sandboxId, generation, { deleteTimeoutMs: 150 }));
 
     expect(error).toBeInstanceOf(ProvisionerDeleteTimeoutError);
     expect(error).toMatchObject({ code: ErrorCode.PROVISIONER_DELETE_TIMEOUT, retryable: true });
-    await eventually('the hung request to be closed', async () => provisioner.inFlight() === 0, 5_000);
-    expect(deletesOf(provisioner, sandboxId)[0]?.outcome).toBe('aborted');
+    await eventually(
+      'the hung request to be closed',
+      async () => fixture.provisioner.inFlight() === 0,
+      5_000,
+    );
+    expect(deletesOf(fixture.provisioner, sandboxId)[0]?.outcome).toBe('aborted');
   });
 
   it('fails with ProvisionerDeleteTimeoutError when a 409 body, which decides the outcome, drips in past the delete timeout', async () => {
     const { sandboxId, generation } = await liveSandbox();
     await remove(sandboxId, generation);
-    await createSandboxAt(provisioner.url, { sandboxId, threadId: 'thread', uid: 'user' });
-    provisioner.setFault(sandboxId, { slowBodyMs: 3_000 });
+    await createSandboxAt(fixture.provisioner.url, { sandboxId, threadId: 'thread', uid: 'user' });
+    fixture.provisioner.setFault(sandboxId, { slowBodyMs: 3_000 });
 
     const error = await rejectionOf(remove(sandboxId, generation, { deleteTimeoutMs: 300 }));
 
@@ -353,20 +359,20 @@ describe('connection failures and timeouts', () => {
 
   it('counts a 200 as DELETED even when its body drips in past the delete timeout: the status alone confirms', async () => {
     const { sandboxId, generation } = await liveSandbox();
-    provisioner.setFault(sandboxId, { slowBodyMs: 3_000 });
+    fixture.provisioner.setFault(sandboxId, { slowBodyMs: 3_000 });
 
     expect(await remove(sandboxId, generation, { deleteTimeoutMs: 300 })).toBe(ReleaseOutcome.DELETED);
-    expect(provisioner.sandbox(sandboxId)).toBeUndefined();
+    expect(fixture.provisioner.sandbox(sandboxId)).toBeUndefined();
   });
 
   it("reports the caller's own abort reason, and a CleanupTimeoutError for a reason that is not a cleanup error", async () => {
     const { sandboxId, generation } = await liveSandbox();
-    provisioner.setFault(sandboxId, { hang: true });
+    fixture.provisioner.setFault(sandboxId, { hang: true });
     const reason = new CleanupTimeoutError('deadline', {});
 
     const withReason = new AbortController();
     const first = remove(sandboxId, generation, { signal: withReason.signal });
-    await provisioner.waitForRequest((entry) => entry.sandboxId === sandboxId, 5_000);
+    await fixture.provisioner.waitForRequest((entry) => entry.sandboxId === sandboxId, 5_000);
     withReason.abort(reason);
     expect(await rejectionOf(first)).toBe(reason);
 
@@ -374,7 +380,7 @@ describe('connection failures and timeouts', () => {
     const second = remove(sandboxId, generation, { signal: plain.signal });
     await eventually(
       'the second request to arrive',
-      async () => deletesOf(provisioner, sandboxId).length === 2,
+      async () => deletesOf(fixture.provisioner, sandboxId).length === 2,
       5_000,
     );
     plain.abort();
@@ -382,8 +388,8 @@ describe('connection failures and timeouts', () => {
     expect(error).toBeInstanceOf(CleanupTimeoutError);
     expect(error).toMatchObject({ code: ErrorCode.CLEANUP_TIMEOUT, retryable: true });
     // Nobody retried behind the caller's back after an abort.
-    await eventually('both requests to be closed', async () => provisioner.inFlight() === 0, 5_000);
-    expect(deletesOf(provisioner, sandboxId)).toHaveLength(2);
+    await eventually('both requests to be closed', async () => fixture.provisioner.inFlight() === 0, 5_000);
+    expect(deletesOf(fixture.provisioner, sandboxId)).toHaveLength(2);
   });
 });
 
@@ -404,11 +410,15 @@ describe('the request path', () => {
 
   it('deletes a real sandbox whose id is a/b?c#d% (the provisioner decodes the same id)', async () => {
     const sandboxId = `${freshId()}/a/b?c#d%`;
-    const generation = await createSandboxAt(provisioner.url, { sandboxId, threadId: 'thread', uid: 'user' });
+    const generation = await createSandboxAt(fixture.provisioner.url, {
+      sandboxId,
+      threadId: 'thread',
+      uid: 'user',
+    });
 
     expect(await remove(sandboxId, generation)).toBe(ReleaseOutcome.DELETED);
-    expect(deletesOf(provisioner, sandboxId)).toHaveLength(1);
-    expect(provisioner.sandbox(sandboxId)).toBeUndefined();
+    expect(deletesOf(fixture.provisioner, sandboxId)).toHaveLength(1);
+    expect(fixture.provisioner.sandbox(sandboxId)).toBeUndefined();
   });
 
   it('keeps the path prefix of the base URL', async () => {

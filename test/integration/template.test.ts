@@ -1,4 +1,3 @@
-import { spawn } from 'node:child_process';
 import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { isBuiltin } from 'node:module';
 import { tmpdir } from 'node:os';
@@ -12,6 +11,7 @@ import {
   QUEUE_DEFINITIONS,
 } from '../../functions/platform/queues.ts';
 import { PUBLISH_MARGIN_MS } from '../../functions/release/handler.ts';
+import { type ChildRun, runChild } from '../support/child-process.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 import {
   type CfnResource,
@@ -586,30 +586,8 @@ describe('template integrity', () => {
 // ---------------------------------------------------------------------------------------------
 // The bundles, run under the Node 22 that runs these tests
 
-interface NodeRun {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-function runNode(script: string, options: { cwd: string; env: Record<string, string> }): Promise<NodeRun> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--input-type=module', '-e', script], {
-      cwd: options.cwd,
-      env: options.env,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => {
-      stdout += chunk.toString();
-    });
-    child.stderr.on('data', (chunk: Buffer) => {
-      stderr += chunk.toString();
-    });
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
+function runNode(script: string, options: { cwd: string; env: Record<string, string> }): Promise<ChildRun> {
+  return runChild(process.execPath, ['--input-type=module', '-e', script], options);
 }
 
 /** A deployed function's environment: the template's variables, SSM references replaced. */

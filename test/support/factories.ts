@@ -64,6 +64,30 @@ export async function insertRun(
   return id;
 }
 
+/**
+ * Another run of the scenario's user and conversation, in the scenario's scope unless
+ * `runtimeScopeId` names another one (a subagent's own scope, say).
+ */
+export async function insertOtherRun(
+  db: Executor,
+  s: Pick<Scenario, 'uid' | 'conversationId' | 'threadId' | 'runtimeScopeId'>,
+  values: {
+    runtimeScopeId?: string;
+    runType?: string;
+    createdByRunId?: string | null;
+    status: string;
+    fence?: boolean;
+  },
+): Promise<string> {
+  return insertRun(db, {
+    uid: s.uid,
+    conversationId: s.conversationId,
+    threadId: s.threadId,
+    ...values,
+    runtimeScopeId: values.runtimeScopeId ?? s.runtimeScopeId,
+  });
+}
+
 export async function upsertSandbox(
   db: Executor,
   values: { uid: string; runtimeScopeId: string; sandboxId: string; generation: number },

@@ -1,7 +1,7 @@
-import { spawn } from 'node:child_process';
 import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { inflateRawSync } from 'node:zlib';
+import { runChild } from './child-process.ts';
 
 /**
  * Runs the real `npm run package` (osls + serverless-esbuild) and reads what it wrote: the
@@ -32,27 +32,16 @@ export interface PackageRun {
  * credentials, profile, region or `~/.aws`, and none of the developer's configuration variables,
  * the way a fresh clone on CI sees it. `env` adds what a test means to pass.
  */
-export function runPackage(
+export async function runPackage(
   args: string[],
   options: { env?: Record<string, string>; home: string },
 ): Promise<PackageRun> {
   const env: Record<string, string> = { PATH: process.env.PATH ?? '', HOME: options.home, ...options.env };
-  return new Promise((resolve, reject) => {
-    const child = spawn('npm', ['run', '--silent', 'package', '--', ...args], {
-      cwd: PROJECT_ROOT,
-      env,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let output = '';
-    child.stdout.on('data', (chunk: Buffer) => {
-      output += chunk.toString();
-    });
-    child.stderr.on('data', (chunk: Buffer) => {
-      output += chunk.toString();
-    });
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, output }));
+  const run = await runChild('npm', ['run', '--silent', 'package', '--', ...args], {
+    cwd: PROJECT_ROOT,
+    env,
   });
+  return { code: run.code, output: `${run.stdout}${run.stderr}` };
 }
 
 export interface PackagedService {

@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import { access } from 'node:fs/promises';
 import { expect } from 'vitest';
 import { ProvisionerClient } from '../../functions/cleanup/provisioner-client.ts';
@@ -10,7 +9,7 @@ import {
 } from '../../functions/cleanup/types.ts';
 import { type Database, type Executor, SQLSTATE } from '../../functions/platform/database.ts';
 import type { AuditEntry, LocalProvisioner } from '../../infra/local/provisioner/server.ts';
-import { insertConversation, insertRun, type Scenario, upsertSandbox } from './factories.ts';
+import { finishedRootRun, type Scenario, upsertSandbox } from './factories.ts';
 
 /**
  * Probes for the acceptance tests of the cleanup protocol: hold a phase's transaction open on
@@ -122,6 +121,34 @@ export async function probeCleanupLocks(
   return { rowLock, scopeLock };
 }
 
+const TAKE_SCOPE_LOCK = 'SELECT pg_advisory_xact_lock(runtime_cleanup_lock_key($1::text, $2::text))';
+
+/**
+ * Takes the scope's advisory lock in a transaction on `db` and keeps it, as a running cleanup
+ * transaction would, until `release()` commits that transaction.
+ */
+export async function holdScopeAdvisoryLock(
+  db: Database,
+  target: Pick<Scenario, 'uid' | 'runtimeScopeId'>,
+): Promise<{ release(): Promise<void> }> {
+  let release!: () => void;
+  let locked!: () => void;
+  const released = new Promise<void>((resolve) => (release = resolve));
+  const lockTaken = new Promise<void>((resolve) => (locked = resolve));
+  const holder = db.withTransaction(async (tx) => {
+    await tx.query(TAKE_SCOPE_LOCK, [target.uid, target.runtimeScopeId]);
+    locked();
+    await released;
+  });
+  await lockTaken;
+  return {
+    release: async () => {
+      release();
+      await holder;
+    },
+  };
+}
+
 /** Everything PostgreSQL can say about locks and transactions in this database right now. */
 export async function databaseActivity(
   other: Executor,
@@ -166,38 +193,17 @@ export async function provisionedRootRun(
   db: Executor,
   provisioner: LocalProvisioner,
 ): Promise<ProvisionedRun> {
-  const uid = `user-${randomUUID().slice(0, 8)}`;
-  const runtimeScopeId = `scope-${randomUUID().slice(0, 8)}`;
-  const conversation = await insertConversation(db, { uid });
-  const sandboxId = `sbx-${runtimeScopeId}`;
+  const run = await finishedRootRun(db, { withSandbox: false });
+  const sandboxId = `sbx-${run.runtimeScopeId}`;
   const generation = await createSandboxAt(provisioner.url, {
     sandboxId,
-    threadId: conversation.threadId,
-    uid,
+    threadId: run.threadId,
+    uid: run.uid,
   });
-  await upsertSandbox(db, { uid, runtimeScopeId, sandboxId, generation });
-  const rootRunId = await insertRun(db, {
-    uid,
-    conversationId: conversation.id,
-    threadId: conversation.threadId,
-    runtimeScopeId,
-    status: 'completed',
-    fence: true,
-  });
+  await upsertSandbox(db, { uid: run.uid, runtimeScopeId: run.runtimeScopeId, sandboxId, generation });
   const sandbox = provisioner.sandbox(sandboxId);
   if (!sandbox) throw new Error(`sandbox ${sandboxId} is not live after creation`);
-  return {
-    uid,
-    runtimeScopeId,
-    threadId: conversation.threadId,
-    conversationId: conversation.id,
-    workdirPath: conversation.workdirPath,
-    rootRunId,
-    sandboxId,
-    generation,
-    pid: sandbox.pid,
-    dir: sandbox.dir,
-  };
+  return { ...run, sandboxId, generation, pid: sandbox.pid, dir: sandbox.dir };
 }
 
 /** The identity phase 1 resolved, asserting that it asks for a release. */

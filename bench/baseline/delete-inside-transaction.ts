@@ -1,0 +1,91 @@
+/**
+ * BASELINE FOR THE BENCHMARK ONLY — NOT PART OF THE PROTOCOL, NEVER DEPLOYED.
+ *
+ * The design the ADR replaced (docs/adr-runtime-cleanup.md, "Problem"): one transaction takes the
+ * scope's advisory lock and the run's row lock, checks, deletes the sandbox at the provisioner
+ * while both locks are held, clears the fence and commits:
+ *
+ *   BEGIN; advisory lock; SELECT … FOR UPDATE; checks; DELETE at the provisioner; UPDATE fence; COMMIT
+ *
+ * It is built from the very same parts as the split protocol (the same lock statement, the same
+ * `inspectRun` query and checks, the same ProvisionerClient, the same fence-clearing statement), so
+ * the benchmark compares exactly one thing: where the external delete happens.
+ */
+import { OwnershipConflictError, RunNotFoundError } from '../../functions/cleanup/errors.ts';
+import { inspectRun, isTerminalStatus } from '../../functions/cleanup/inspect-run.ts';
+import type { ProvisionerClient } from '../../functions/cleanup/provisioner-client.ts';
+import { lockScopeOfRun } from '../../functions/cleanup/scope-lock.ts';
+import { type ReleaseOutcome, RunType } from '../../functions/cleanup/types.ts';
+import type { Database } from '../../functions/platform/database.ts';
+
+/** The statement `finalize` runs (functions/cleanup/finalize.ts), copied so the baseline clears alike. */
+const CLEAR_FENCE = `
+  WITH cleared AS (
+    UPDATE agent_runs SET runtime_cleanup_pending = false, updated_at = now()
+    WHERE id = $1::text AND runtime_cleanup_pending
+    RETURNING id
+  ),
+  released AS (
+    UPDATE sandbox_runtimes SET released_at = now()
+    WHERE uid = $2::text AND runtime_scope_id = $3::text AND generation = $4::bigint
+      AND released_at IS NULL AND EXISTS (SELECT 1 FROM cleared)
+    RETURNING generation
+  )
+  SELECT (SELECT count(*) FROM cleared)::int AS cleared`;
+
+export const BaselineOutcome = {
+  CLEARED: 'cleared',
+  ALREADY_CLEAN: 'already_clean',
+  NOT_OWNER: 'not_owner',
+  DEFERRED: 'deferred',
+} as const;
+export type BaselineOutcome = (typeof BaselineOutcome)[keyof typeof BaselineOutcome];
+
+export interface BaselineResult {
+  outcome: BaselineOutcome;
+  /** Set when a delete was sent (inside the transaction). */
+  releaseOutcome?: ReleaseOutcome;
+}
+
+export interface BaselineOptions {
+  client: ProvisionerClient;
+  provisionerDeleteTimeoutMs: number;
+}
+
+export async function cleanupWithDeleteInsideTransaction(
+  db: Database,
+  runId: string,
+  options: BaselineOptions,
+): Promise<BaselineResult> {
+  return db.withTransaction(async (tx) => {
+    await lockScopeOfRun(tx, runId);
+    const facts = await inspectRun(tx, runId);
+    if (!facts) throw new RunNotFoundError(runId);
+    if (facts.runType === RunType.SUBAGENT) return { outcome: BaselineOutcome.NOT_OWNER };
+    if (!facts.fencePending) return { outcome: BaselineOutcome.ALREADY_CLEAN };
+    if (!isTerminalStatus(facts.status) || facts.activeRunId) return { outcome: BaselineOutcome.DEFERRED };
+    if (facts.conversationUid !== facts.uid || facts.workdirPath === null) {
+      throw new OwnershipConflictError(`the conversation of run ${JSON.stringify(runId)} does not match`, {
+        runId,
+        reason: 'conversation_mismatch',
+      });
+    }
+
+    let releaseOutcome: ReleaseOutcome | undefined;
+    if (facts.liveSandbox) {
+      // The defect being measured: both locks stay held for the whole HTTP delete.
+      releaseOutcome = await options.client.deleteSandbox({
+        sandboxId: facts.liveSandbox.sandboxId,
+        generation: facts.liveSandbox.generation,
+        deleteTimeoutMs: options.provisionerDeleteTimeoutMs,
+      });
+    }
+    await tx.query(CLEAR_FENCE, [
+      runId,
+      facts.uid,
+      facts.runtimeScopeId,
+      facts.liveSandbox?.generation ?? null,
+    ]);
+    return { outcome: BaselineOutcome.CLEARED, ...(releaseOutcome ? { releaseOutcome } : {}) };
+  });
+}

@@ -1,0 +1,464 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import {
+  DeleteMessageBatchCommand,
+  ReceiveMessageCommand,
+  SendMessageBatchCommand,
+  type SQSClient,
+} from '@aws-sdk/client-sqs';
+import type { Database } from '../../functions/platform/database.ts';
+import { announceRunFinished } from '../../functions/platform/publish.ts';
+import {
+  createQueues,
+  createSqsClient,
+  deadLetterQueueName,
+  QueueName,
+} from '../../functions/platform/queues.ts';
+import { type AdmittedRun, PlatformSimulator, type ScopeRef } from '../../infra/local/platform.ts';
+import { type Stack, startStack } from '../../infra/local/stack.ts';
+import { type ChildHandle, startChild } from '../support/child-process.ts';
+import { admitAndFinish, assertConverged, describeError } from '../support/convergence.ts';
+import { type CpuReport, startCpuProbe } from '../support/cpu.ts';
+import { type BenchPostgres, warmPool } from '../support/postgres.ts';
+import { deletesByGeneration, waitForSandboxesReady } from '../support/sandboxes.ts';
+import { type Summary, summarize } from '../support/stats.ts';
+import { type EmfSink, swallowEmfLines } from './emf-sink.ts';
+import { countSqsCalls, difference } from './sqs-call-counter.ts';
+
+/**
+ * Part 2: end to end through the local stack (`startStack`, in this process: SQS emulator, the
+ * three functions behind emulated event source mappings, the built-in provisioner), against a
+ * fresh database through the same bridge as Part 1.
+ *
+ * For each delete latency, two sub-runs on freshly admitted runs with live sandboxes:
+ * - paced: runs announced on `run-finished` one at a time at a steady rate well below capacity,
+ *   so each cleanup's latency is its own and not time spent queueing behind the others;
+ * - burst: every run announced at once (10 per SendMessageBatch), for cleanups per second.
+ *
+ * Latency of one cleanup: from just before its run-finished send to the SentTimestamp of its
+ * runtime-cleaned event (published by finalize after the fence-clearing commit). The delete's own
+ * duration comes from the provisioner's audit (arrival → answer of the DELETE that deleted the
+ * generation, the injected latency included); overhead = latency − delete duration.
+ */
+export interface E2eProfile {
+  deleteLatenciesMs: readonly number[];
+  pacedRuns: number;
+  pacedPerSecond: number;
+  burstRuns: number;
+}
+
+export interface PerCleanup {
+  dbRoundTrips: number;
+  dbTransactions: number;
+  /** SQS calls made by the functions themselves (`Queues.stats.calls`): the sends. */
+  functionSqsCalls: number;
+  /** Every call of the stack's SQS client, event sources' receives and deletes included. */
+  sqsCallsByCommand: Record<string, number>;
+  allSqsCalls: number;
+  /** CloudWatch EMF lines the functions wrote. */
+  metricLines: number;
+}
+
+export interface SubRunFigure {
+  runs: number;
+  seconds: number;
+  cleanupsPerSecond: number;
+  latencyMs: Summary;
+  deleteMs: Summary;
+  overheadMs: Summary;
+  /** Announce → the DELETE reaching the provisioner: fence-check and the release hop. */
+  beforeDeleteMs: Summary;
+  /** The DELETE answered → runtime-cleaned published: the finalize hop. */
+  afterDeleteMs: Summary;
+  perCleanup: PerCleanup;
+  cpu: CpuReport;
+  duplicateCleanedEvents: number;
+}
+
+export interface E2eFigure {
+  deleteLatencyMs: number;
+  valid: boolean;
+  error?: string;
+  paced?: SubRunFigure & { perSecond: number };
+  burst?: SubRunFigure;
+}
+
+export interface E2eReport {
+  stackConcurrency: Record<string, number>;
+  /** Where the SQS emulator ran: in the stack's process (the default, as `npm run stack`) or its own. */
+  sqsEmulator: 'in-process' | 'own-process';
+  figures: E2eFigure[];
+}
+
+export interface E2eContext {
+  postgres: BenchPostgres;
+  profile: E2eProfile;
+  log: (line: string) => void;
+  /** Run the SQS emulator in its own process instead of the stack's (see sqs-emulator-process.ts). */
+  sqsInOwnProcess?: boolean;
+  /** Pollers per consumed queue; the stack's defaults when omitted. */
+  concurrency?: Partial<StackConcurrency>;
+}
+
+export type StackConcurrency = Record<'fenceCheck' | 'release' | 'finalize', number>;
+
+/** The stack's database pool size (infra/local/stack.ts, `maxConnections: 20`), warmed before each sub-run. */
+const STACK_DB_CONNECTIONS = 20;
+/** The stack's default pollers per queue (infra/local/stack.ts), stated here for the report. */
+export const DEFAULT_STACK_CONCURRENCY: StackConcurrency = { fenceCheck: 4, release: 8, finalize: 4 };
+const COLLECT_TIMEOUT_MS = 120_000;
+
+export async function runE2eScenario(context: E2eContext): Promise<E2eReport> {
+  const { postgres, profile, log } = context;
+  const database = await postgres.createDatabase('e2e');
+  const dataDir = await mkdtemp(join(tmpdir(), 'runtime-cleanup-bench-stack-'));
+  const stackErrors: string[] = [];
+  let stack: Stack | undefined;
+  let benchSqs: SQSClient | undefined;
+  let emulator: ChildHandle<{ endpoint: string }> | undefined;
+  const sqsEmulator = context.sqsInOwnProcess ? 'own-process' : 'in-process';
+  const concurrency = { ...DEFAULT_STACK_CONCURRENCY, ...context.concurrency };
+  const emf = swallowEmfLines();
+  try {
+    if (context.sqsInOwnProcess) {
+      emulator = await startChild<{ endpoint: string }>(
+        new URL('../support/sqs-emulator-process.ts', import.meta.url),
+      );
+    }
+    stack = await startStack({
+      // Only contract defaults (and the emulator's endpoint, if it runs apart): nothing from the
+      // caller's shell (e.g. AWS_ENDPOINT_URL_SQS) leaks in.
+      env: emulator ? { AWS_ENDPOINT_URL_SQS: emulator.ready.endpoint } : {},
+      databaseUrl: database.url,
+      wsProxy: postgres.wsProxy,
+      sqsPort: 0,
+      dataDir,
+      logLevel: 'SILENT',
+      sweeper: false,
+      provisionerGraceMs: 500,
+      concurrency,
+      onError: (error, source) => stackErrors.push(`${source}: ${describeError(error)}`),
+    });
+    const counter = countSqsCalls(stack.sqs);
+    // The platform's own calls go through another client, so the counts above are the stack's only.
+    benchSqs = createSqsClient({ endpoint: stack.sqsEndpoint });
+    const benchQueues = createQueues({ client: benchSqs });
+    const platformDb = await database.open({ maxConnections: 8 });
+    await warmPool(platformDb, 8);
+    const platform = new PlatformSimulator(platformDb, benchQueues, stack.provisionerUrl);
+    const subRun = buildSubRun({
+      stack,
+      counter,
+      benchSqs,
+      benchQueues,
+      platform,
+      platformDb,
+      stackErrors,
+      databaseName: database.name,
+      bridgePid: postgres.bridgePid,
+      emf,
+    });
+
+    // Warm-up (not reported): connections, JIT, the queues' URL caches.
+    try {
+      await subRun({ kind: 'paced', runs: 10, perSecond: 20, deleteLatencyMs: 0 });
+    } catch (error) {
+      log(`  e2e warm-up: INVALID — ${describeError(error)}`);
+      const failed = (deleteLatencyMs: number): E2eFigure => ({
+        deleteLatencyMs,
+        valid: false,
+        error: `warm-up failed: ${describeError(error)}`,
+      });
+      return {
+        stackConcurrency: concurrency,
+        sqsEmulator,
+        figures: profile.deleteLatenciesMs.map(failed),
+      };
+    }
+
+    const figures: E2eFigure[] = [];
+    for (const deleteLatencyMs of profile.deleteLatenciesMs) {
+      try {
+        const paced = await subRun({
+          kind: 'paced',
+          runs: profile.pacedRuns,
+          perSecond: profile.pacedPerSecond,
+          deleteLatencyMs,
+        });
+        log(
+          `  e2e delete ${deleteLatencyMs} ms paced: latency p50 ${paced.latencyMs.p50} ms, overhead p50 ${paced.overheadMs.p50} / p99 ${paced.overheadMs.p99} ms`,
+        );
+        const burst = await subRun({ kind: 'burst', runs: profile.burstRuns, deleteLatencyMs });
+        log(`  e2e delete ${deleteLatencyMs} ms burst: ${burst.cleanupsPerSecond} cleanups/s`);
+        figures.push({
+          deleteLatencyMs,
+          valid: true,
+          paced: { ...paced, perSecond: profile.pacedPerSecond },
+          burst,
+        });
+      } catch (error) {
+        log(`  e2e delete ${deleteLatencyMs} ms: INVALID — ${describeError(error)}`);
+        figures.push({ deleteLatencyMs, valid: false, error: describeError(error) });
+      }
+    }
+    return { stackConcurrency: concurrency, sqsEmulator, figures };
+  } finally {
+    emf.restore();
+    benchSqs?.destroy();
+    await stack?.stop();
+    await emulator?.stop();
+    await rm(dataDir, { recursive: true, force: true });
+    await database.drop();
+  }
+}
+
+interface SubRunParts {
+  stack: Stack;
+  counter: ReturnType<typeof countSqsCalls>;
+  benchSqs: SQSClient;
+  benchQueues: ReturnType<typeof createQueues>;
+  platform: PlatformSimulator;
+  platformDb: Database;
+  stackErrors: string[];
+  databaseName: string;
+  bridgePid: number;
+  emf: EmfSink;
+}
+
+type SubRunRequest =
+  | { kind: 'paced'; runs: number; perSecond: number; deleteLatencyMs: number }
+  | { kind: 'burst'; runs: number; deleteLatencyMs: number };
+
+function buildSubRun(parts: SubRunParts) {
+  const { stack, counter, benchSqs, benchQueues, platform, platformDb, stackErrors } = parts;
+  const provisioner = stack.provisioner;
+  if (!provisioner) throw new Error('the end-to-end benchmark needs the built-in provisioner');
+  const cleanedUrl = stack.createdQueues.get(QueueName.RUNTIME_CLEANED)!.url;
+
+  return async (request: SubRunRequest): Promise<SubRunFigure> => {
+    const scopes: ScopeRef[] = [];
+    for (let i = 0; i < request.runs; i += 1) scopes.push(await platform.createScope(`bench-user-${i % 16}`));
+    const runs = await admitAndFinish(platform, scopes);
+    await waitForSandboxesReady(
+      provisioner,
+      runs.map((run) => run.sandboxId),
+    );
+    await warmPool(stack.db, STACK_DB_CONNECTIONS);
+    provisioner.clearFaults();
+    if (request.deleteLatencyMs > 0) provisioner.setFault('*', { latencyMs: request.deleteLatencyMs });
+    const errorsBefore = stackErrors.length;
+    const countersNow = () => ({
+      db: { ...stack.db.stats },
+      queueCalls: stack.queues.stats.calls,
+      sqs: counter.snapshot(),
+      metricLines: parts.emf.lines(),
+    });
+    const before = countersNow();
+    let after: ReturnType<typeof countersNow>;
+    let cleaned: Awaited<CleanedEvents['finished']>;
+    let announcedAt: Map<string, number>;
+    let seconds: number;
+    let cpuReport: CpuReport;
+    try {
+      const cpu = await startCpuProbe({ bridgePid: parts.bridgePid, databaseName: parts.databaseName });
+      const started = performance.now();
+      const collector = collectCleaned(benchSqs, cleanedUrl, new Set(runs.map((run) => run.runId)));
+      announcedAt =
+        request.kind === 'paced'
+          ? await announcePaced(benchQueues, runs, request.perSecond)
+          : await announceBurst(benchSqs, stack.createdQueues.get(QueueName.RUN_FINISHED)!.url, runs);
+      await collector.complete;
+      seconds = (performance.now() - started) / 1000;
+      after = countersNow();
+      cpuReport = await cpu.stop();
+      cleaned = await collector.finished;
+    } finally {
+      provisioner.clearFaults();
+    }
+
+    if (stackErrors.length > errorsBefore) {
+      throw new Error(
+        `the stack reported ${stackErrors.length - errorsBefore} errors, e.g. ${stackErrors[errorsBefore]}`,
+      );
+    }
+    await assertConverged(platformDb, provisioner, runs);
+    await assertNoDeadLetters(stack);
+
+    const deletes = deletesByGeneration(provisioner.audit());
+    const latency: number[] = [];
+    const deleteMs: number[] = [];
+    const overhead: number[] = [];
+    const beforeDelete: number[] = [];
+    const afterDelete: number[] = [];
+    for (const run of runs) {
+      const announced = announcedAt.get(run.runId)!;
+      const event = cleaned.sentAt.get(run.runId)!;
+      const audit = deletes.get(`${run.sandboxId}#${run.generation}`)!;
+      const deleteDuration = audit.endedAt! - audit.startedAt;
+      latency.push(event - announced);
+      deleteMs.push(deleteDuration);
+      overhead.push(event - announced - deleteDuration);
+      beforeDelete.push(audit.startedAt - announced);
+      afterDelete.push(event - audit.endedAt!);
+    }
+    const firstAnnounce = Math.min(...announcedAt.values());
+    const lastCleaned = Math.max(...cleaned.sentAt.values());
+    const sqsCalls = difference(after.sqs, before.sqs);
+    const perRun = (value: number) => Math.round((value / runs.length) * 100) / 100;
+    return {
+      runs: runs.length,
+      seconds: Math.round(seconds * 1000) / 1000,
+      cleanupsPerSecond: Math.round((runs.length / ((lastCleaned - firstAnnounce) / 1000)) * 10) / 10,
+      latencyMs: summarize(latency),
+      deleteMs: summarize(deleteMs),
+      overheadMs: summarize(overhead),
+      beforeDeleteMs: summarize(beforeDelete),
+      afterDeleteMs: summarize(afterDelete),
+      perCleanup: {
+        dbRoundTrips: perRun(after.db.queries - before.db.queries),
+        dbTransactions: perRun(after.db.transactions - before.db.transactions),
+        functionSqsCalls: perRun(after.queueCalls - before.queueCalls),
+        sqsCallsByCommand: Object.fromEntries(
+          Object.entries(sqsCalls).map(([name, count]) => [name, perRun(count)]),
+        ),
+        allSqsCalls: perRun(Object.values(sqsCalls).reduce((sum, count) => sum + count, 0)),
+        metricLines: perRun(after.metricLines - before.metricLines),
+      },
+      cpu: cpuReport,
+      duplicateCleanedEvents: cleaned.duplicates,
+    };
+  };
+}
+
+/** Wall-clock milliseconds with sub-millisecond precision, comparable with SQS SentTimestamp. */
+const wallClockMs = () => performance.timeOrigin + performance.now();
+
+async function announcePaced(
+  queues: ReturnType<typeof createQueues>,
+  runs: readonly AdmittedRun[],
+  perSecond: number,
+): Promise<Map<string, number>> {
+  const announcedAt = new Map<string, number>();
+  const started = performance.now();
+  const sends: Promise<string>[] = [];
+  for (const [index, run] of runs.entries()) {
+    const due = started + (index * 1000) / perSecond;
+    await new Promise((resolve) => setTimeout(resolve, Math.max(0, due - performance.now())));
+    announcedAt.set(run.runId, wallClockMs());
+    sends.push(announceRunFinished(queues, run.runId));
+  }
+  await Promise.all(sends);
+  return announcedAt;
+}
+
+async function announceBurst(
+  sqs: SQSClient,
+  queueUrl: string,
+  runs: readonly AdmittedRun[],
+): Promise<Map<string, number>> {
+  const announcedAt = new Map<string, number>();
+  const batches: AdmittedRun[][] = [];
+  for (let i = 0; i < runs.length; i += 10) batches.push(runs.slice(i, i + 10));
+  await Promise.all(
+    batches.map(async (batch) => {
+      const at = wallClockMs();
+      for (const run of batch) announcedAt.set(run.runId, at);
+      const result = await sqs.send(
+        new SendMessageBatchCommand({
+          QueueUrl: queueUrl,
+          Entries: batch.map((run, index) => ({
+            Id: String(index),
+            MessageBody: JSON.stringify({ runId: run.runId }),
+          })),
+        }),
+      );
+      if (result.Failed?.length)
+        throw new Error(`run-finished batch send failed: ${JSON.stringify(result.Failed[0])}`);
+    }),
+  );
+  return announcedAt;
+}
+
+interface CleanedEvents {
+  /** Resolves when the last expected event has arrived: the end of the measured window. */
+  complete: Promise<void>;
+  /** Resolves when both receivers have returned (their long polls end on their own). */
+  finished: Promise<{ sentAt: Map<string, number>; duplicates: number }>;
+}
+
+/**
+ * The platform's consumer of runtime-cleaned: the first SentTimestamp of each expected run.
+ *
+ * `complete` marks the end of the measurement as soon as the last event arrived; the other
+ * receiver's long poll is left to end by itself rather than aborted: the emulator does not cancel
+ * a long poll whose client went away, and the message it would then take would stay invisible for
+ * the visibility timeout.
+ */
+function collectCleaned(sqs: SQSClient, queueUrl: string, expected: ReadonlySet<string>): CleanedEvents {
+  const sentAt = new Map<string, number>();
+  let duplicates = 0;
+  const deadline = Date.now() + COLLECT_TIMEOUT_MS;
+  let markComplete: () => void = () => {};
+  const complete = new Promise<void>((resolve) => (markComplete = resolve));
+  const receiver = async () => {
+    while (sentAt.size < expected.size && Date.now() < deadline) {
+      const { Messages: messages = [] } = await sqs.send(
+        new ReceiveMessageCommand({
+          QueueUrl: queueUrl,
+          MaxNumberOfMessages: 10,
+          WaitTimeSeconds: 1,
+          VisibilityTimeout: 60,
+          MessageSystemAttributeNames: ['SentTimestamp'],
+        }),
+      );
+      for (const message of messages) {
+        const runId = (JSON.parse(message.Body ?? '{}') as { runId?: string }).runId;
+        const sent = Number(message.Attributes?.SentTimestamp);
+        if (!runId || !expected.has(runId)) continue;
+        if (sentAt.has(runId)) duplicates += 1;
+        else sentAt.set(runId, sent);
+      }
+      if (sentAt.size === expected.size) markComplete();
+      if (messages.length) {
+        await sqs.send(
+          new DeleteMessageBatchCommand({
+            QueueUrl: queueUrl,
+            Entries: messages.map((message, index) => ({
+              Id: String(index),
+              ReceiptHandle: message.ReceiptHandle!,
+            })),
+          }),
+        );
+      }
+    }
+  };
+  const finished = Promise.all([receiver(), receiver()]).then(() => {
+    if (sentAt.size < expected.size) {
+      const missing = [...expected].filter((runId) => !sentAt.has(runId));
+      throw new Error(
+        `${missing.length} of ${expected.size} cleanups did not announce runtime-cleaned within ${COLLECT_TIMEOUT_MS} ms, e.g. ${missing[0]}`,
+      );
+    }
+    return { sentAt, duplicates };
+  });
+  // A failure ends the window too; `finished` carries the error.
+  finished.catch(() => markComplete());
+  return { complete, finished };
+}
+
+async function assertNoDeadLetters(stack: Stack): Promise<void> {
+  for (const queue of [QueueName.RUN_FINISHED, QueueName.RUNTIME_RELEASE, QueueName.RUNTIME_FINALIZE]) {
+    const dlq = stack.createdQueues.get(deadLetterQueueName(queue));
+    if (!dlq) continue;
+    const { Messages = [] } = await stack.sqs.send(
+      new ReceiveMessageCommand({
+        QueueUrl: dlq.url,
+        MaxNumberOfMessages: 1,
+        WaitTimeSeconds: 0,
+        VisibilityTimeout: 0,
+      }),
+    );
+    if (Messages.length) throw new Error(`a message was dead-lettered on ${dlq.name}: ${Messages[0]!.Body}`);
+  }
+}

@@ -1,0 +1,126 @@
+import { Design, VariantId } from '../locks/scenario.ts';
+import { type BenchResults, lockFigure, type TargetEvaluation } from './results.ts';
+
+/**
+ * The issue's targets (this machine, 2 cores), checked against one run's figures. A target with a
+ * missing or invalid figure is reported as not evaluated (`met: undefined`), never as met.
+ */
+const LEASE_P99_MS = 20;
+const RECOVERY_P99_MS = 20;
+const LOCK_HOLD_P99_MS = 10;
+const OVERHEAD_P50_MS = 30;
+const OVERHEAD_P99_MS = 100;
+const CLEANUPS_PER_SECOND = 150;
+
+const ms = (value: number) => `${value} ms`;
+
+function worst(values: Array<number | undefined>): number | undefined {
+  if (values.length === 0 || values.some((v) => v === undefined || !Number.isFinite(v))) return undefined;
+  return Math.max(...(values as number[]));
+}
+
+function below(id: string, target: string, limit: number, value: number | undefined, detail: string) {
+  const evaluation: TargetEvaluation = {
+    id,
+    target,
+    measured: value === undefined ? 'not measured' : `${ms(value)} (${detail})`,
+    met: value === undefined ? undefined : value < limit,
+  };
+  if (value !== undefined && value >= limit) {
+    evaluation.missedBy = `${ms(Math.round((value - limit) * 100) / 100)} over (${Math.round((value / limit) * 10) / 10}× the target)`;
+  }
+  return evaluation;
+}
+
+export function evaluateTargets(results: Omit<BenchResults, 'targets' | 'valid'>): TargetEvaluation[] {
+  const evaluations: TargetEvaluation[] = [];
+  const locks = results.locks;
+  if (locks) {
+    const latencies = locks.profile.deleteLatenciesMs;
+    const perLatency = (pick: (latency: number) => number | undefined) =>
+      latencies.map((latency) => `${latency}: ${pick(latency) ?? '—'}`).join(', ');
+    for (const variant of locks.variants.filter((v) => v.design === Design.SPLIT)) {
+      const at = (latency: number) => lockFigure(locks.figures, variant.id, latency);
+      evaluations.push(
+        below(
+          `lease-renewal-p99/${variant.id}`,
+          `${variant.label}: lease-renewal p99 < ${LEASE_P99_MS} ms at every delete latency`,
+          LEASE_P99_MS,
+          worst(latencies.map((l) => at(l)?.leaseRenewalMs.p99)),
+          `worst; per delete latency ${perLatency((l) => at(l)?.leaseRenewalMs.p99)}`,
+        ),
+        below(
+          `recovery-transaction-p99/${variant.id}`,
+          `${variant.label}: recovery-transaction p99 < ${RECOVERY_P99_MS} ms at every delete latency`,
+          RECOVERY_P99_MS,
+          worst(latencies.map((l) => at(l)?.recoveryTransactionMs.p99)),
+          `worst; per delete latency ${perLatency((l) => at(l)?.recoveryTransactionMs.p99)}`,
+        ),
+      );
+      const holds = latencies.flatMap((l) => {
+        const f = at(l);
+        return f ? [f.advisoryHoldMs.p99, f.rowHoldMs.p99] : [];
+      });
+      const hold = below(
+        `cleanup-lock-hold-p99/${variant.id}`,
+        `${variant.label}: cleanup lock hold p99 < ${LOCK_HOLD_P99_MS} ms, flat across delete latencies`,
+        LOCK_HOLD_P99_MS,
+        worst(latencies.map((l) => at(l)?.advisoryHoldMs.p99)),
+        `worst advisory-lock p99; per delete latency ${perLatency((l) => at(l)?.advisoryHoldMs.p99)}; row-lock p99 ${perLatency((l) => at(l)?.rowHoldMs.p99)}`,
+      );
+      if (holds.length) {
+        hold.measured += `; spread across delete latencies ${Math.round((Math.max(...holds) - Math.min(...holds)) * 100) / 100} ms`;
+      }
+      evaluations.push(hold);
+    }
+    const baseline = latencies.map(
+      (l) => lockFigure(locks.figures, VariantId.BASELINE, l)?.leaseRenewalMs.p99,
+    );
+    const complete = baseline.every((v) => v !== undefined);
+    const grows =
+      complete && baseline.every((v, i) => i === 0 || (v as number) > (baseline[i - 1] as number));
+    evaluations.push({
+      id: 'baseline-grows',
+      target: 'baseline: lease-renewal p99 grows with the delete latency',
+      measured: `per delete latency ${latencies.map((l, i) => `${l}: ${baseline[i] ?? '—'}`).join(', ')} ms`,
+      met: complete ? grows : undefined,
+    });
+  }
+
+  const e2e = results.e2e;
+  if (e2e) {
+    const figures = e2e.figures;
+    const overheadP50 = worst(figures.map((f) => (f.valid ? f.paced?.overheadMs.p50 : undefined)));
+    const overheadP99 = worst(figures.map((f) => (f.valid ? f.paced?.overheadMs.p99 : undefined)));
+    const per = (pick: (f: (typeof figures)[number]) => number | undefined) =>
+      figures.map((f) => `${f.deleteLatencyMs}: ${pick(f) ?? '—'}`).join(', ');
+    evaluations.push(
+      below(
+        'e2e-overhead-p50',
+        `end to end: overhead beyond the delete p50 < ${OVERHEAD_P50_MS} ms`,
+        OVERHEAD_P50_MS,
+        overheadP50,
+        `worst, paced runs; per delete latency ${per((f) => f.paced?.overheadMs.p50)}`,
+      ),
+      below(
+        'e2e-overhead-p99',
+        `end to end: overhead beyond the delete p99 < ${OVERHEAD_P99_MS} ms`,
+        OVERHEAD_P99_MS,
+        overheadP99,
+        `worst, paced runs; per delete latency ${per((f) => f.paced?.overheadMs.p99)}`,
+      ),
+    );
+    const atZero = figures.find((f) => f.deleteLatencyMs === 0 && f.valid)?.burst;
+    const throughput: TargetEvaluation = {
+      id: 'e2e-cleanups-per-second',
+      target: `end to end: ≥ ${CLEANUPS_PER_SECOND} cleanups per second at delete latency 0`,
+      measured: atZero ? `${atZero.cleanupsPerSecond}/s (burst of ${atZero.runs})` : 'not measured',
+      met: atZero ? atZero.cleanupsPerSecond >= CLEANUPS_PER_SECOND : undefined,
+    };
+    if (atZero && atZero.cleanupsPerSecond < CLEANUPS_PER_SECOND) {
+      throughput.missedBy = `${Math.round((CLEANUPS_PER_SECOND - atZero.cleanupsPerSecond) * 10) / 10}/s short (${Math.round((atZero.cleanupsPerSecond / CLEANUPS_PER_SECOND) * 100)}% of the target)`;
+    }
+    evaluations.push(throughput);
+  }
+  return evaluations;
+}

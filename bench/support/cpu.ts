@@ -1,0 +1,142 @@
+import { readdir, readFile } from 'node:fs/promises';
+import { monitorEventLoopDelay, PerformanceObserver, performance } from 'node:perf_hooks';
+
+/**
+ * Where the CPU went during a measurement, to say what bounds it: this process's event loop
+ * (utilization and delay), this process's CPU, the database bridge's, the PostgreSQL backends
+ * serving the benchmark database, and the whole machine (from /proc; Linux only, zeros elsewhere).
+ */
+export interface CpuReport {
+  seconds: number;
+  /** Fraction of wall time the event loop was busy (1 = saturated). */
+  eventLoopUtilization: number;
+  eventLoopDelayP99Ms: number;
+  eventLoopDelayMaxMs: number;
+  /** Garbage-collection pauses of this process (they stop the event loop, lock holders included). */
+  gcPauseMs: { total: number; max: number };
+  /** CPU seconds per wall second: 1.0 = one core fully used. */
+  cores: { benchProcess: number; bridgeProcess: number; postgresBackends: number; machine: number };
+  machineCores: number;
+}
+
+const CLOCK_TICKS_PER_SECOND = 100;
+
+async function readText(path: string): Promise<string | undefined> {
+  try {
+    return await readFile(path, 'utf8');
+  } catch {
+    return undefined;
+  }
+}
+
+/** utime + stime of a process, in seconds. */
+async function processCpuSeconds(pid: number): Promise<number> {
+  const stat = await readText(`/proc/${pid}/stat`);
+  if (!stat) return 0;
+  // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_SECOND;
+}
+
+/** PostgreSQL backends show their database in their title: `postgres: user db 127.0.0.1(port) idle`. */
+async function postgresCpuSeconds(databaseName: string): Promise<number> {
+  let total = 0;
+  const entries = await readdir('/proc').catch(() => [] as string[]);
+  for (const entry of entries) {
+    if (!/^\d+$/.test(entry)) continue;
+    const cmdline = await readText(`/proc/${entry}/cmdline`);
+    if (cmdline?.startsWith('postgres:') && cmdline.includes(` ${databaseName} `)) {
+      total += await processCpuSeconds(Number(entry));
+    }
+  }
+  return total;
+}
+
+async function machineCpu(): Promise<{ busy: number; cores: number }> {
+  const stat = (await readText('/proc/stat')) ?? '';
+  const lines = stat.split('\n');
+  const values = (lines[0] ?? '').trim().split(/\s+/).slice(1).map(Number);
+  const idle = (values[3] ?? 0) + (values[4] ?? 0);
+  const total = values.slice(0, 8).reduce((sum, value) => sum + value, 0);
+  const cores = lines.filter((line) => /^cpu\d+ /.test(line)).length;
+  return { busy: (total - idle) / CLOCK_TICKS_PER_SECOND, cores };
+}
+
+export interface CpuProbe {
+  stop(): Promise<CpuReport>;
+}
+
+export async function startCpuProbe(options: {
+  bridgePid?: number;
+  databaseName: string;
+}): Promise<CpuProbe> {
+  const started = performance.now();
+  const elu = performance.eventLoopUtilization();
+  const delay = monitorEventLoopDelay({ resolution: 5 });
+  delay.enable();
+  const gc = { total: 0, max: 0 };
+  const gcObserver = new PerformanceObserver((list) => {
+    for (const entry of list.getEntries()) {
+      gc.total += entry.duration;
+      gc.max = Math.max(gc.max, entry.duration);
+    }
+  });
+  gcObserver.observe({ entryTypes: ['gc'] });
+  const cpu = process.cpuUsage();
+  const bridge = options.bridgePid ? await processCpuSeconds(options.bridgePid) : 0;
+  const postgres = await postgresCpuSeconds(options.databaseName);
+  const machine = await machineCpu();
+  return {
+    async stop() {
+      const seconds = (performance.now() - started) / 1000;
+      const used = process.cpuUsage(cpu);
+      delay.disable();
+      gcObserver.disconnect();
+      const eventLoop = performance.eventLoopUtilization(elu);
+      const bridgeNow = options.bridgePid ? await processCpuSeconds(options.bridgePid) : 0;
+      const postgresNow = await postgresCpuSeconds(options.databaseName);
+      const machineNow = await machineCpu();
+      const perSecond = (value: number) => Math.round((value / seconds) * 100) / 100;
+      return {
+        seconds: Math.round(seconds * 1000) / 1000,
+        eventLoopUtilization: Math.round(eventLoop.utilization * 100) / 100,
+        eventLoopDelayP99Ms: Math.round((delay.percentile(99) / 1e6) * 100) / 100,
+        eventLoopDelayMaxMs: Math.round((delay.max / 1e6) * 100) / 100,
+        gcPauseMs: { total: Math.round(gc.total * 100) / 100, max: Math.round(gc.max * 100) / 100 },
+        cores: {
+          benchProcess: perSecond((used.user + used.system) / 1e6),
+          bridgeProcess: perSecond(bridgeNow - bridge),
+          postgresBackends: perSecond(postgresNow - postgres),
+          machine: perSecond(machineNow.busy - machine.busy),
+        },
+        machineCores: machineNow.cores,
+      };
+    },
+  };
+}
+
+/** Several reports as one, each weighted by its duration (event-loop delay and GC pause: the worst; GC total: the sum). */
+export function mergeCpuReports(reports: readonly CpuReport[]): CpuReport {
+  const seconds = reports.reduce((sum, r) => sum + r.seconds, 0);
+  const weighted = (pick: (r: CpuReport) => number) =>
+    seconds > 0
+      ? Math.round((reports.reduce((sum, r) => sum + pick(r) * r.seconds, 0) / seconds) * 100) / 100
+      : 0;
+  return {
+    seconds: Math.round(seconds * 1000) / 1000,
+    eventLoopUtilization: weighted((r) => r.eventLoopUtilization),
+    eventLoopDelayP99Ms: Math.max(0, ...reports.map((r) => r.eventLoopDelayP99Ms)),
+    eventLoopDelayMaxMs: Math.max(0, ...reports.map((r) => r.eventLoopDelayMaxMs)),
+    gcPauseMs: {
+      total: Math.round(reports.reduce((sum, r) => sum + r.gcPauseMs.total, 0) * 100) / 100,
+      max: Math.max(0, ...reports.map((r) => r.gcPauseMs.max)),
+    },
+    cores: {
+      benchProcess: weighted((r) => r.cores.benchProcess),
+      bridgeProcess: weighted((r) => r.cores.bridgeProcess),
+      postgresBackends: weighted((r) => r.cores.postgresBackends),
+      machine: weighted((r) => r.cores.machine),
+    },
+    machineCores: reports[0]?.machineCores ?? 0,
+  };
+}

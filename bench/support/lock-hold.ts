@@ -1,0 +1,78 @@
+import type { Database, Executor } from '../../functions/platform/database.ts';
+
+/**
+ * Lock hold times measured from the client, without touching production code: a Database wrapper
+ * whose `withTransaction` hands the work an executor that timestamps the moment the scope's
+ * advisory lock statement and the run's `FOR UPDATE` statement return, and the moment the
+ * transaction's COMMIT (or ROLLBACK) returns. The difference is the time the lock was held as
+ * seen by the holder; it overstates the server-side hold by at most one round trip (~0.3 ms here),
+ * the same for both designs.
+ */
+export interface LockHoldSample {
+  /** Which transaction: `fence-check`, `finalize` (split) or `baseline`. */
+  phase: string;
+  /** Advisory lock statement returned → COMMIT returned; null if the transaction never took it. */
+  advisoryMs: number | null;
+  /** `FOR UPDATE` statement returned → COMMIT returned; null if the transaction never took it. */
+  rowMs: number | null;
+  /** BEGIN sent → COMMIT returned, lock waits included. */
+  transactionMs: number;
+  /**
+   * Round trips made while the advisory lock was held, COMMIT included. Each one costs the holder
+   * a full trip through driver, bridge and server, and under load a wait behind everyone else's:
+   * it is what a lock hold is made of (plus, in the baseline, the HTTP delete).
+   */
+  roundTripsUnderLock: number;
+  failed: boolean;
+}
+
+const ADVISORY_LOCK_STATEMENT = /pg_advisory_xact_lock/;
+const ROW_LOCK_STATEMENT = /\bFOR\s+UPDATE\b/i;
+
+export function withLockHoldProbe(
+  db: Database,
+  phase: string,
+  record: (sample: LockHoldSample) => void,
+): Database {
+  return {
+    stats: db.stats,
+    query: (text, values) => db.query(text, values),
+    end: () => db.end(),
+    async withTransaction(work) {
+      const started = performance.now();
+      let advisoryAt: number | undefined;
+      let rowAt: number | undefined;
+      let roundTripsUnderLock = 0;
+      let failed = false;
+      try {
+        return await db.withTransaction((tx) => {
+          const probe: Executor = {
+            async query<Row>(text: string, values?: readonly unknown[]) {
+              const result = await tx.query<Row>(text, values);
+              const returned = performance.now();
+              if (advisoryAt !== undefined) roundTripsUnderLock += 1;
+              if (advisoryAt === undefined && ADVISORY_LOCK_STATEMENT.test(text)) advisoryAt = returned;
+              if (rowAt === undefined && ROW_LOCK_STATEMENT.test(text)) rowAt = returned;
+              return result;
+            },
+          };
+          return work(probe);
+        });
+      } catch (error) {
+        failed = true;
+        throw error;
+      } finally {
+        const ended = performance.now();
+        record({
+          phase,
+          advisoryMs: advisoryAt === undefined ? null : ended - advisoryAt,
+          rowMs: rowAt === undefined ? null : ended - rowAt,
+          transactionMs: ended - started,
+          // + 1: the COMMIT (or ROLLBACK), sent by withTransaction itself.
+          roundTripsUnderLock: advisoryAt === undefined ? 0 : roundTripsUnderLock + 1,
+          failed,
+        });
+      }
+    },
+  };
+}

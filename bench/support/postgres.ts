@@ -1,0 +1,141 @@
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { type Database, openDatabase } from '../../functions/platform/database.ts';
+import { startEmbeddedPostgres } from '../../infra/local/embedded-postgres.ts';
+import { migrate } from '../../infra/migrate.ts';
+import { startChild } from './child-process.ts';
+
+/**
+ * The benchmark's PostgreSQL: DATABASE_URL when set, else an embedded PostgreSQL in a temporary
+ * directory (removed at the end). Every pool goes through the production driver and the local
+ * WebSocket bridge (`openDatabase`), as the functions do. Each scenario gets a fresh, migrated
+ * database so no run sees another's rows, dead tuples or statistics.
+ */
+export interface BenchPostgres {
+  readonly source: 'DATABASE_URL' | 'embedded-postgres';
+  /** `SELECT version()`, for the machine description. */
+  readonly version: string;
+  readonly wsProxy: string;
+  /** The bridge's process, for the CPU report. */
+  readonly bridgePid: number;
+  createDatabase(label: string): Promise<BenchDatabase>;
+  stop(): Promise<void>;
+}
+
+export interface BenchDatabase {
+  readonly url: string;
+  readonly name: string;
+  /** Opens an independent pool (one per simulated process: cleanups, lease renewals, recovery). */
+  open(options: { maxConnections: number }): Promise<Database>;
+  drop(): Promise<void>;
+}
+
+/**
+ * Lock and statement timeouts of every benchmark pool. Production uses 5 s / 15 s; here they are
+ * raised so that the baseline's waits are measured to the end instead of being cut off by a lock
+ * timeout (the report counts the waits that production's 5 s would have failed).
+ */
+export const BENCH_LOCK_TIMEOUT_MS = 120_000;
+export const BENCH_STATEMENT_TIMEOUT_MS = 180_000;
+export const PRODUCTION_LOCK_TIMEOUT_MS = 5_000;
+
+export async function startBenchPostgres(): Promise<BenchPostgres> {
+  const cleanups: Array<() => Promise<void>> = [];
+  const stop = async () => {
+    for (const cleanup of cleanups.reverse()) await cleanup().catch(() => {});
+    cleanups.length = 0;
+  };
+  try {
+    let adminUrl = process.env.DATABASE_URL;
+    const source = adminUrl ? 'DATABASE_URL' : 'embedded-postgres';
+    if (!adminUrl) {
+      const dataDir = await mkdtemp(join(tmpdir(), 'runtime-cleanup-bench-pg-'));
+      cleanups.push(() => rm(dataDir, { recursive: true, force: true }));
+      const embedded = await startEmbeddedPostgres({ dataDir, persistent: false });
+      cleanups.push(() => embedded.stop());
+      adminUrl = embedded.url;
+    }
+    const bridge = await startChild<{ address: string }>(new URL('./bridge-process.ts', import.meta.url));
+    cleanups.push(() => bridge.stop());
+    const open = (url: string, maxConnections: number) =>
+      openDatabase({
+        url,
+        wsProxy: bridge.ready.address,
+        maxConnections,
+        lockTimeoutMs: BENCH_LOCK_TIMEOUT_MS,
+        statementTimeoutMs: BENCH_STATEMENT_TIMEOUT_MS,
+      });
+    const admin = await open(adminUrl, 1);
+    cleanups.push(() => admin.end());
+    const { rows } = await admin.query<{ version: string }>('SELECT version() AS version');
+    const databaseUrl = adminUrl;
+
+    return {
+      source,
+      version: rows[0]!.version,
+      wsProxy: bridge.ready.address,
+      bridgePid: bridge.pid,
+      async createDatabase(label) {
+        // CREATE DATABASE takes no parameters; the name is built here from [a-z0-9_] only.
+        const name = `rc_bench_${label.replace(/[^a-z0-9]/g, '_')}_${randomBytes(4).toString('hex')}`;
+        await admin.query(`CREATE DATABASE ${name}`);
+        const url = new URL(databaseUrl);
+        url.pathname = `/${name}`;
+        const pools: Database[] = [];
+        const openPool = async ({ maxConnections }: { maxConnections: number }) => {
+          const pool = await open(url.toString(), maxConnections);
+          pools.push(pool);
+          return pool;
+        };
+        const migrator = await openPool({ maxConnections: 1 });
+        await migrate(migrator);
+        return {
+          url: url.toString(),
+          name,
+          open: openPool,
+          async drop() {
+            await Promise.all(pools.map((pool) => pool.end().catch(() => {})));
+            await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+          },
+        };
+      },
+      stop,
+    };
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+}
+
+/**
+ * Opens `connections` connections of a pool at once, before anything is measured. A fresh
+ * connection costs a WebSocket upgrade, a TCP connect and SCRAM authentication (PBKDF2 on this
+ * process's CPU: tens of ms when dozens start together), and the pool closes connections idle for
+ * 10 s; without this, a burst would measure the connection storm instead of the cleanups. A
+ * deployed function instance keeps its connections between invocations.
+ *
+ * Each transaction waits until all are open (so the pool cannot reuse one), but at most
+ * `HOLD_LIMIT_MS`: asked for more than the pool's maximum, it must not wait forever.
+ */
+const HOLD_LIMIT_MS = 2_000;
+
+export async function warmPool(db: Database, connections: number): Promise<void> {
+  let arrived = 0;
+  let release: () => void = () => {};
+  const allHeld = new Promise<void>((resolve) => {
+    release = resolve;
+    setTimeout(resolve, HOLD_LIMIT_MS).unref();
+  });
+  await Promise.all(
+    Array.from({ length: connections }, () =>
+      db.withTransaction(async (tx) => {
+        await tx.query('SELECT 1');
+        arrived += 1;
+        if (arrived === connections) release();
+        await allHeld;
+      }),
+    ),
+  );
+}

@@ -214,9 +214,41 @@ export interface ReasonCount {
 }
 
 /** Dead letters grouped by (errorCode, reason), most frequent first. */
+/**
+ * A letter without our reason attributes was moved by SQS's own redrive. When its message id is
+ * the source of a letter that does carry a reason, it is the second copy of one failure: the
+ * function dead-lettered the message on its last receive and then died before deleting it.
+ */
+export const SQS_REDRIVE_DUPLICATE = 'SQS_REDRIVE_DUPLICATE';
+export const SQS_REDRIVE = 'SQS_REDRIVE';
+
+function explainReasonless(
+  letter: DeadLetter,
+  reasoned: ReadonlySet<string>,
+): Pick<DeadLetter, 'errorCode' | 'reason'> {
+  if (letter.reason !== null || letter.errorCode !== null) return letter;
+  return reasoned.has(letter.messageId)
+    ? {
+        errorCode: SQS_REDRIVE_DUPLICATE,
+        reason:
+          'a second copy of a letter above: the function dead-lettered it, then stopped before deleting it',
+      }
+    : {
+        errorCode: SQS_REDRIVE,
+        reason:
+          'moved by SQS after maxReceiveCount receives without an answer (crashes or timeouts); no reason recorded',
+      };
+}
+
 export function groupReasons(letters: readonly DeadLetter[]): ReasonCount[] {
   const groups = new Map<string, ReasonCount>();
-  for (const letter of letters) {
+  const reasoned = new Set(
+    letters.flatMap((letter) =>
+      letter.reason !== null && letter.sourceMessageId ? [letter.sourceMessageId] : [],
+    ),
+  );
+  for (const original of letters) {
+    const letter = explainReasonless(original, reasoned);
     const key = JSON.stringify([letter.errorCode, letter.reason]);
     const group = groups.get(key) ?? { errorCode: letter.errorCode, reason: letter.reason, count: 0 };
     group.count += 1;

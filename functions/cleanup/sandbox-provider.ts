@@ -30,6 +30,11 @@ export class SandboxProvider {
     this.lock = options.lock ?? new KeyedLock();
   }
 
+  /** Closes the provisioner client's connections. */
+  async close(): Promise<void> {
+    await this.#options.client.close();
+  }
+
   static lockKey(ref: Pick<SandboxRef, 'uid' | 'runtimeScopeId'>): string {
     return `${ref.uid}:${ref.runtimeScopeId}`;
   }

@@ -182,6 +182,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       sweeper: createTelemetry({ functionName: 'sweeper', logLevel }),
     };
     const provider = createProvider(config, provisionerUrl);
+    // Registered before the consumers' stop, so it runs after it: no release is using it then.
+    cleanups.push(() => provider.close());
     const maxReceiveCounts = Object.fromEntries(
       [...createdQueues.values()].map((queue) => [queue.name, queue.definition.maxReceiveCount ?? undefined]),
     );
@@ -241,8 +243,6 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       }, config.fenceSweepIntervalSeconds * 1000);
       cleanups.push(async () => clearInterval(timer));
     }
-    // The provider's undici agent is closed after the consumers stopped using it.
-    cleanups.splice(cleanups.length - 2, 0, async () => {});
 
     return {
       config,

@@ -1,5 +1,6 @@
 import { loadConfig } from '../functions/platform/config.ts';
 import { closeInProcessBridge, describeDatabase, openDatabase } from '../functions/platform/database.ts';
+import { redactSecrets } from '../functions/platform/redact.ts';
 import { migrate } from './migrate.ts';
 
 /** `npm run migrate`: applies the migrations to DATABASE_URL (idempotent) and exits. */
@@ -30,6 +31,11 @@ async function main(): Promise<void> {
 }
 
 main().catch((error: unknown) => {
-  console.error(`migrate failed: ${error instanceof Error ? error.message : String(error)}`);
+  const target = process.env.DATABASE_URL
+    ? describeDatabase(process.env.DATABASE_URL)
+    : 'the default database';
+  console.error(
+    `migrate failed (${target}): ${error instanceof Error ? redactSecrets(error.message) : String(error)}`,
+  );
   process.exit(1);
 });

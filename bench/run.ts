@@ -10,7 +10,7 @@ import { type LockFigure, lockVariants, runLockScenario, VariantId } from './loc
 import { type BenchProfile, PROFILES } from './profiles.ts';
 import { renderLineChart } from './report/chart.ts';
 import { renderMarkdown } from './report/markdown.ts';
-import { type BenchResults, type LockRatios, lockFigure } from './report/results.ts';
+import { type BenchResults, type LockRatios, lockFigure, RESULTS_SCHEMA } from './report/results.ts';
 import { evaluateTargets } from './report/targets.ts';
 import { describeError } from './support/convergence.ts';
 import { currentLoadAverage, describeMachine } from './support/machine.ts';
@@ -26,7 +26,7 @@ import { ratio } from './support/stats.ts';
  * machine.json, lease-renewal-p99.svg and README-table.md. Exits 1 if any figure was invalid.
  */
 const USAGE = `usage: npm run bench [-- --quick] [-- --publish] [-- --only locks|e2e] [-- --sqs-process] [-- --concurrency …] [-- --render FILE]
-  --quick         smoke check (under two minutes, few samples); the full run takes about three
+  --quick         smoke check (under two minutes, few samples); the full run takes about three and a half
   --publish       also write latest.json, machine.json, the chart and README-table.md (default for a full run)
   --only          run one part only (never publishes)
   --render        measure nothing: rewrite the chart and README-table.md from a results JSON
@@ -44,9 +44,13 @@ const MODEL = {
   deleteLatency:
     "Injected by the local provisioner (setFault('*', {latencyMs})) before it handles each DELETE; the delete itself kills the sandbox process and removes its directory.",
   leaseRenewal:
-    "The lease reconciler's round: an autocommit UPDATE agent_runs SET heartbeat_at = now(), updated_at = now() WHERE id = $1 of a run being cleaned (the very row the cleanup locks FOR UPDATE), picked at random among the round's runs, by open-loop workers in their own pool.",
+    "The lease reconciler's round: an autocommit UPDATE agent_runs SET heartbeat_at = now(), updated_at = now() WHERE id = $1 of a run being cleaned (the very row the cleanup locks FOR UPDATE), picked at random among the round's runs, by open-loop workers in their own pool, in the contention-load process (not the cleanups').",
   recoveryTransaction:
-    "A same-scope recovery transaction in the cleanup's lock order: BEGIN; pg_advisory_xact_lock(runtime_cleanup_lock_key(uid, scope)); SELECT … FOR UPDATE of the run being cleaned; UPDATE it; COMMIT — by open-loop workers in their own pool.",
+    "A same-scope recovery transaction in the cleanup's lock order: BEGIN; pg_advisory_xact_lock(runtime_cleanup_lock_key(uid, scope)); SELECT … FOR UPDATE of the run being cleaned; UPDATE it; COMMIT — by open-loop workers in their own pool, in the contention-load process (not the cleanups').",
+  loadProcess:
+    "Lease renewals and recovery transactions run in a child process of their own (bench/locks/load-process-main.ts: own event loop, own pools through the same database bridge), started per scenario, its load started before each round and stopped when the round's cleanups have returned, as the platform's lease reconciler and recovery workers are separate processes in production. The cleanups run in the benchmark's process. Before schema 2 the load shared the cleanups' event loop, and its latency included that loop's delay and GC pauses.",
+  oneInstance:
+    "The extra split row (split-one-instance, not compared with the baseline): the same 32 cleanups per round, but at most 10 in flight (the next starts when one returns), pool 5: what one deployed function instance processes at a time (one SQS batch of up to 10 records, in parallel). It shows the lock hold when the process holding the locks is not interleaving all 32 cleanups; its cleanups/s is one instance's.",
   latency:
     'Lease-renewal and recovery latencies are measured from when the operation was due (open loop), and operations that fell due while a worker was blocked are recorded as waiting until it was free (coordinated-omission correction, as HdrHistogram does). Service times (send → completion) are in the JSON too.',
   lockHold:
@@ -262,7 +266,7 @@ async function main(): Promise<number> {
     machine.loadAverageAtEnd = currentLoadAverage();
     const durationSeconds = Math.round((performance.now() - started) / 100) / 10;
     const partial = {
-      schema: 1 as const,
+      schema: RESULTS_SCHEMA,
       mode: profile.mode,
       startedAt: startedAt.toISOString(),
       finishedAt: new Date().toISOString(),

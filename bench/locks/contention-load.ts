@@ -17,6 +17,10 @@ import type { Database } from '../../functions/platform/database.ts';
  * that fell due while a worker was blocked are recorded as waiting until it was free (HdrHistogram's
  * coordinated-omission correction). Without that, a renewal blocked for 2 s would count once, and
  * the hundreds that could not even be sent meanwhile would not count at all.
+ *
+ * It runs in a process of its own (`load-process-main.ts`), as the reconciler and the recovery
+ * workers do in production: on the cleanups' event loop, a due time would be missed by that
+ * loop's delay and GC pauses, and the latency would measure them instead of the lock waits.
  */
 export interface LoadTarget {
   runId: string;

@@ -8,24 +8,27 @@ import type { CleanupConfig } from '../../functions/platform/config.ts';
 import type { Database } from '../../functions/platform/database.ts';
 import { createQueues } from '../../functions/platform/queues.ts';
 import { PlatformSimulator, type ScopeRef } from '../../infra/local/platform.ts';
-import { seededRandom } from '../../infra/local/provisioner/faults.ts';
 import type { LocalProvisioner } from '../../infra/local/provisioner/server.ts';
 import {
   BaselineOutcome,
   cleanupWithDeleteInsideTransaction,
 } from '../baseline/delete-inside-transaction.ts';
 import { admitAndFinish, assertConverged, describeError } from '../support/convergence.ts';
-import { type CpuReport, mergeCpuReports, startCpuProbe } from '../support/cpu.ts';
-import { type LockHoldSample, withLockHoldProbe } from '../support/lock-hold.ts';
 import {
-  type BenchDatabase,
-  type BenchPostgres,
-  PRODUCTION_LOCK_TIMEOUT_MS,
-  warmPool,
-} from '../support/postgres.ts';
+  type CpuReport,
+  mergeCpuReports,
+  mergeProcessReports,
+  type ProcessReport,
+  startCpuProbe,
+} from '../support/cpu.ts';
+import { limitInFlight } from '../support/in-flight-limit.ts';
+import { type LockHoldSample, withLockHoldProbe } from '../support/lock-hold.ts';
+import { PRODUCTION_LOCK_TIMEOUT_MS, warmPool } from '../support/pools.ts';
+import type { BenchDatabase, BenchPostgres } from '../support/postgres.ts';
 import { waitForSandboxesReady } from '../support/sandboxes.ts';
 import { type Summary, summarize } from '../support/stats.ts';
-import { type LoadResult, recoveryTransaction, renewLease, startLoad } from './contention-load.ts';
+import type { LoadResult } from './contention-load.ts';
+import { startLoadProcess } from './load-process.ts';
 
 /**
  * Part 1: lock hold and contention against delete latency, one design at a time.
@@ -33,9 +36,10 @@ import { type LoadResult, recoveryTransaction, renewLease, startLoad } from './c
  * Each round admits one root run in each of `scopes` scopes the way the platform does (scope lock,
  * `runtime_cleanup_blocked`, a real sandbox process at the provisioner), finishes it (fence up),
  * waits for the sandboxes to boot, then starts the contention load (lease renewals and recovery
- * transactions on those very runs and scopes) and all the cleanups at once. The round ends when
- * every cleanup has returned; the load is stopped then, its in-flight operations awaited. A round
- * counts only if every cleanup cleared its fence and its sandbox generation was really deleted.
+ * transactions on those very runs and scopes, in a process of its own: `load-process.ts`) and all
+ * the cleanups at once, in this process. The round ends when every cleanup has returned; the load
+ * is stopped then, its in-flight operations awaited. A round counts only if every cleanup cleared
+ * its fence and its sandbox generation was really deleted.
  *
  * The split design runs its three phases in-process (fence check, release, finalize), without the
  * queues between them: this part isolates what the database sees. Part 2 adds the queues.
@@ -54,16 +58,25 @@ export interface LockVariant {
   design: Design;
   connections: number;
   label: string;
+  /**
+   * At most this many cleanups in flight at once (the rest start as earlier ones return), as one
+   * deployed function instance processes one SQS batch of up to 10 records at a time. Absent:
+   * every cleanup of the round at once.
+   */
+  cleanupsInFlight?: number;
 }
 
 export const VariantId = {
   SPLIT_DEPLOYED_POOL: 'split-deployed-pool',
   SPLIT_SAME_POOL: 'split',
   BASELINE: 'baseline',
+  SPLIT_ONE_INSTANCE: 'split-one-instance',
 } as const;
 
 /** The deployed functions' pool size (functions/platform/dependencies.ts). */
 export const DEPLOYED_POOL_CONNECTIONS = 5;
+/** fence-check's and finalize's SQS batch size (infra/queues.json); a batch's records run in parallel. */
+export const DEPLOYED_BATCH_SIZE = 10;
 
 export function lockVariants(scopes: number): LockVariant[] {
   const shared = scopes + 8;
@@ -85,6 +98,16 @@ export function lockVariants(scopes: number): LockVariant[] {
       design: Design.BASELINE,
       connections: shared,
       label: `baseline, pool ${shared}`,
+    },
+    // An extra row, not a comparison: the same 32 cleanups, but no more in flight than one
+    // deployed instance has (one batch), so a lock holder's next round trip is not queued behind
+    // the callbacks of 31 other cleanups on this event loop.
+    {
+      id: VariantId.SPLIT_ONE_INSTANCE,
+      design: Design.SPLIT,
+      connections: DEPLOYED_POOL_CONNECTIONS,
+      label: `split, pool ${DEPLOYED_POOL_CONNECTIONS}, ≤ ${DEPLOYED_BATCH_SIZE} cleanups in flight (one instance; extra)`,
+      cleanupsInFlight: DEPLOYED_BATCH_SIZE,
     },
   ];
 }
@@ -122,6 +145,8 @@ export interface LockFigure {
   >;
   /** Where the CPU went during the rounds' cleanup phases (weighted by their duration). */
   cpu: CpuReport;
+  /** The contention-load process's own event loop and CPU while its load ran. */
+  loadProcess: ProcessReport;
   leaseRenewalMs: Summary;
   leaseRenewalServiceMs: Summary;
   recoveryTransactionMs: Summary;
@@ -137,6 +162,7 @@ interface RoundOutcome {
   lease: LoadResult;
   recovery: LoadResult;
   cpu: CpuReport;
+  loadProcess: ProcessReport;
 }
 
 export interface LockScenarioContext {
@@ -173,8 +199,8 @@ export async function runLockScenario(
 
 /**
  * Opens the pools (one per simulated process, as in production: the platform, the cleanups, the
- * lease reconciler and the recovery workers never share connections), creates the scopes, and
- * returns the function that runs one measured round.
+ * lease reconciler and the recovery workers never share connections; the latter two live in the
+ * load process), creates the scopes, and returns the function that runs one measured round.
  */
 async function prepareRounds(
   context: LockScenarioContext,
@@ -189,16 +215,23 @@ async function prepareRounds(
       db: await database.open({ maxConnections: variant.connections }),
       connections: variant.connections,
     },
-    lease: {
-      db: await database.open({ maxConnections: profile.leaseWorkers }),
-      connections: profile.leaseWorkers,
-    },
-    recovery: {
-      db: await database.open({ maxConnections: profile.recoveryWorkers }),
-      connections: profile.recoveryWorkers,
-    },
   };
   const warmAll = () => Promise.all(Object.values(pools).map((pool) => warmPool(pool.db, pool.connections)));
+  // Started now, awaited after the scopes are created: its start-up (process, pools, JIT
+  // warm-up) overlaps the set-up instead of adding to it. Nothing is measured until both are done.
+  const loadStarting = startLoadProcess({
+    url: database.url,
+    wsProxy: postgres.wsProxy,
+    leaseWorkers: profile.leaseWorkers,
+    leasePeriodMs: profile.leasePeriodMs,
+    recoveryWorkers: profile.recoveryWorkers,
+    recoveryPeriodMs: profile.recoveryPeriodMs,
+    seed: profile.seed,
+  });
+  // Handled here so a failed start is not an unhandled rejection while the scopes are created;
+  // the `await` below still throws it.
+  loadStarting.catch(() => {});
+  closers.push(async () => (await loadStarting).close());
   // The simulator only needs queues to announce; nothing is announced here, so none is reached.
   const unusedQueues = createQueues({ endpoint: 'http://127.0.0.1:9' });
   closers.push(() => unusedQueues.client.destroy());
@@ -216,9 +249,10 @@ async function prepareRounds(
     provider,
     client,
   });
-  const random = seededRandom(profile.seed);
+  const inFlight = limitInFlight(variant.cleanupsInFlight);
   const scopes: ScopeRef[] = [];
   for (let i = 0; i < profile.scopes; i += 1) scopes.push(await platform.createScope(`bench-user-${i % 8}`));
+  const load = await loadStarting;
 
   const round = async (): Promise<RoundOutcome> => {
     const runs = await admitAndFinish(platform, scopes);
@@ -227,31 +261,19 @@ async function prepareRounds(
       runs.map((run) => run.sandboxId),
     );
     await warmAll();
-    const targets = runs.map((run) => ({
-      runId: run.runId,
-      uid: run.scope.uid,
-      runtimeScopeId: run.scope.runtimeScopeId,
-    }));
-    const lease = startLoad({
-      workers: profile.leaseWorkers,
-      periodMs: profile.leasePeriodMs,
-      random,
-      targets: () => targets,
-      operation: renewLease(pools.lease.db),
-    });
-    const recovery = startLoad({
-      workers: profile.recoveryWorkers,
-      periodMs: profile.recoveryPeriodMs,
-      random,
-      targets: () => targets,
-      operation: recoveryTransaction(pools.recovery.db),
-    });
+    await load.start(
+      runs.map((run) => ({ runId: run.runId, uid: run.scope.uid, runtimeScopeId: run.scope.runtimeScopeId })),
+    );
     const cpu = await startCpuProbe({ bridgePid: postgres.bridgePid, databaseName: database.name });
     const started = performance.now();
-    const results = await Promise.allSettled(runs.map((run) => timed(() => cleanup(run.runId))));
+    const results = await Promise.allSettled(
+      runs.map((run) => inFlight(() => timed(() => cleanup(run.runId)))),
+    );
     const seconds = (performance.now() - started) / 1000;
-    const [leaseResult, recoveryResult] = await Promise.all([lease.stop(), recovery.stop()]);
-    const cpuReport = await cpu.stop();
+    // The load is told to stop first, at once: samples taken after the cleanups ended would be
+    // uncontended ones diluting the tail.
+    const [loadReport, cpuReport] = await Promise.all([load.stop(), cpu.stop()]);
+    const { lease: leaseResult, recovery: recoveryResult, process: loadProcess } = loadReport;
 
     const failures = results.flatMap((result, index) =>
       result.status === 'rejected' ? [`${runs[index]!.runId}: ${describeError(result.reason)}`] : [],
@@ -267,6 +289,7 @@ async function prepareRounds(
       lease: leaseResult,
       recovery: recoveryResult,
       cpu: cpuReport,
+      loadProcess,
     };
   };
   return Object.assign(round, { holds });
@@ -351,6 +374,7 @@ function summarizeFigure(
     cleanupsPerSecond: Math.round((cleanupMs.length / seconds) * 10) / 10,
     cleanupMs: summarize(cleanupMs),
     cpu: mergeCpuReports(outcomes.map((o) => o.cpu)),
+    loadProcess: mergeProcessReports(outcomes.map((o) => o.loadProcess)),
     advisoryHoldMs: all.advisoryHoldMs,
     rowHoldMs: all.rowHoldMs,
     holdsByPhase: Object.fromEntries(
@@ -390,6 +414,7 @@ function invalidFigure(variant: LockVariant, deleteLatencyMs: number, error: str
     cleanupsPerSecond: 0,
     cleanupMs: empty,
     cpu: mergeCpuReports([]),
+    loadProcess: mergeProcessReports([]),
     advisoryHoldMs: empty,
     rowHoldMs: empty,
     holdsByPhase: {},

@@ -2,10 +2,11 @@ import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type Database, openDatabase } from '../../functions/platform/database.ts';
+import type { Database } from '../../functions/platform/database.ts';
 import { startEmbeddedPostgres } from '../../infra/local/embedded-postgres.ts';
 import { migrate } from '../../infra/migrate.ts';
 import { startChild } from './child-process.ts';
+import { openBenchPool } from './pools.ts';
 
 /**
  * The benchmark's PostgreSQL: DATABASE_URL when set, else an embedded PostgreSQL in a temporary
@@ -32,15 +33,6 @@ export interface BenchDatabase {
   drop(): Promise<void>;
 }
 
-/**
- * Lock and statement timeouts of every benchmark pool. Production uses 5 s / 15 s; here they are
- * raised so that the baseline's waits are measured to the end instead of being cut off by a lock
- * timeout (the report counts the waits that production's 5 s would have failed).
- */
-export const BENCH_LOCK_TIMEOUT_MS = 120_000;
-export const BENCH_STATEMENT_TIMEOUT_MS = 180_000;
-export const PRODUCTION_LOCK_TIMEOUT_MS = 5_000;
-
 export async function startBenchPostgres(): Promise<BenchPostgres> {
   const cleanups: Array<() => Promise<void>> = [];
   const stop = async () => {
@@ -60,13 +52,7 @@ export async function startBenchPostgres(): Promise<BenchPostgres> {
     const bridge = await startChild<{ address: string }>(new URL('./bridge-process.ts', import.meta.url));
     cleanups.push(() => bridge.stop());
     const open = (url: string, maxConnections: number) =>
-      openDatabase({
-        url,
-        wsProxy: bridge.ready.address,
-        maxConnections,
-        lockTimeoutMs: BENCH_LOCK_TIMEOUT_MS,
-        statementTimeoutMs: BENCH_STATEMENT_TIMEOUT_MS,
-      });
+      openBenchPool({ url, wsProxy: bridge.ready.address, maxConnections });
     const admin = await open(adminUrl, 1);
     cleanups.push(() => admin.end());
     const { rows } = await admin.query<{ version: string }>('SELECT version() AS version');
@@ -107,35 +93,4 @@ export async function startBenchPostgres(): Promise<BenchPostgres> {
     await stop();
     throw error;
   }
-}
-
-/**
- * Opens `connections` connections of a pool at once, before anything is measured. A fresh
- * connection costs a WebSocket upgrade, a TCP connect and SCRAM authentication (PBKDF2 on this
- * process's CPU: tens of ms when dozens start together), and the pool closes connections idle for
- * 10 s; without this, a burst would measure the connection storm instead of the cleanups. A
- * deployed function instance keeps its connections between invocations.
- *
- * Each transaction waits until all are open (so the pool cannot reuse one), but at most
- * `HOLD_LIMIT_MS`: asked for more than the pool's maximum, it must not wait forever.
- */
-const HOLD_LIMIT_MS = 2_000;
-
-export async function warmPool(db: Database, connections: number): Promise<void> {
-  let arrived = 0;
-  let release: () => void = () => {};
-  const allHeld = new Promise<void>((resolve) => {
-    release = resolve;
-    setTimeout(resolve, HOLD_LIMIT_MS).unref();
-  });
-  await Promise.all(
-    Array.from({ length: connections }, () =>
-      db.withTransaction(async (tx) => {
-        await tx.query('SELECT 1');
-        arrived += 1;
-        if (arrived === connections) release();
-        await allHeld;
-      }),
-    ),
-  );
 }

@@ -12,26 +12,12 @@
  * the benchmark compares exactly one thing: where the external delete happens.
  */
 import { OwnershipConflictError, RunNotFoundError } from '../../functions/cleanup/errors.ts';
+import { clearFence } from '../../functions/cleanup/finalize.ts';
 import { inspectRun, isTerminalStatus } from '../../functions/cleanup/inspect-run.ts';
 import type { ProvisionerClient } from '../../functions/cleanup/provisioner-client.ts';
 import { lockScopeOfRun } from '../../functions/cleanup/scope-lock.ts';
 import { type ReleaseOutcome, RunType } from '../../functions/cleanup/types.ts';
 import type { Database } from '../../functions/platform/database.ts';
-
-/** The statement `finalize` runs (functions/cleanup/finalize.ts), copied so the baseline clears alike. */
-const CLEAR_FENCE = `
-  WITH cleared AS (
-    UPDATE agent_runs SET runtime_cleanup_pending = false, updated_at = now()
-    WHERE id = $1::text AND runtime_cleanup_pending
-    RETURNING id
-  ),
-  released AS (
-    UPDATE sandbox_runtimes SET released_at = now()
-    WHERE uid = $2::text AND runtime_scope_id = $3::text AND generation = $4::bigint
-      AND released_at IS NULL AND EXISTS (SELECT 1 FROM cleared)
-    RETURNING generation
-  )
-  SELECT (SELECT count(*) FROM cleared)::int AS cleared`;
 
 export const BaselineOutcome = {
   CLEARED: 'cleared',
@@ -80,12 +66,14 @@ export async function cleanupWithDeleteInsideTransaction(
         deleteTimeoutMs: options.provisionerDeleteTimeoutMs,
       });
     }
-    await tx.query(CLEAR_FENCE, [
+    // The same write as finalize's (functions/cleanup/finalize.ts), so both designs clear alike.
+    await clearFence(tx, {
       runId,
-      facts.uid,
-      facts.runtimeScopeId,
-      facts.liveSandbox?.generation ?? null,
-    ]);
+      uid: facts.uid,
+      runtimeScopeId: facts.runtimeScopeId,
+      sandboxId: facts.liveSandbox?.sandboxId ?? null,
+      generation: facts.liveSandbox?.generation ?? null,
+    });
     return { outcome: BaselineOutcome.CLEARED, ...(releaseOutcome ? { releaseOutcome } : {}) };
   });
 }

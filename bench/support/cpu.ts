@@ -126,24 +126,42 @@ export function startProcessProbe(): ProcessProbe {
   };
 }
 
-/** Several process reports as one, weighted by duration (event-loop delay and GC pause: the worst). */
-export function mergeProcessReports(reports: readonly ProcessReport[]): ProcessReport {
+type LoopStats = Pick<
+  ProcessReport,
+  'seconds' | 'eventLoopUtilization' | 'eventLoopDelayP99Ms' | 'eventLoopDelayMaxMs' | 'gcPauseMs'
+>;
+
+/**
+ * The event-loop part of several reports as one: utilisation weighted by duration, delay and GC
+ * pause the worst, GC total the sum. Returns the weighting for the callers' own fields.
+ */
+function mergeLoopStats<R extends LoopStats>(
+  reports: readonly R[],
+): { stats: LoopStats; weighted: (pick: (r: R) => number) => number } {
   const seconds = reports.reduce((sum, r) => sum + r.seconds, 0);
-  const weighted = (pick: (r: ProcessReport) => number) =>
+  const weighted = (pick: (r: R) => number) =>
     seconds > 0
       ? Math.round((reports.reduce((sum, r) => sum + pick(r) * r.seconds, 0) / seconds) * 100) / 100
       : 0;
   return {
-    seconds: Math.round(seconds * 1000) / 1000,
-    eventLoopUtilization: weighted((r) => r.eventLoopUtilization),
-    eventLoopDelayP99Ms: Math.max(0, ...reports.map((r) => r.eventLoopDelayP99Ms)),
-    eventLoopDelayMaxMs: Math.max(0, ...reports.map((r) => r.eventLoopDelayMaxMs)),
-    gcPauseMs: {
-      total: Math.round(reports.reduce((sum, r) => sum + r.gcPauseMs.total, 0) * 100) / 100,
-      max: Math.max(0, ...reports.map((r) => r.gcPauseMs.max)),
+    weighted,
+    stats: {
+      seconds: Math.round(seconds * 1000) / 1000,
+      eventLoopUtilization: weighted((r) => r.eventLoopUtilization),
+      eventLoopDelayP99Ms: Math.max(0, ...reports.map((r) => r.eventLoopDelayP99Ms)),
+      eventLoopDelayMaxMs: Math.max(0, ...reports.map((r) => r.eventLoopDelayMaxMs)),
+      gcPauseMs: {
+        total: Math.round(reports.reduce((sum, r) => sum + r.gcPauseMs.total, 0) * 100) / 100,
+        max: Math.max(0, ...reports.map((r) => r.gcPauseMs.max)),
+      },
     },
-    cores: weighted((r) => r.cores),
   };
+}
+
+/** Several process reports as one, weighted by duration (event-loop delay and GC pause: the worst). */
+export function mergeProcessReports(reports: readonly ProcessReport[]): ProcessReport {
+  const { stats, weighted } = mergeLoopStats(reports);
+  return { ...stats, cores: weighted((r) => r.cores) };
 }
 
 export interface CpuProbe {
@@ -185,20 +203,9 @@ export async function startCpuProbe(options: {
 
 /** Several reports as one, each weighted by its duration (event-loop delay and GC pause: the worst; GC total: the sum). */
 export function mergeCpuReports(reports: readonly CpuReport[]): CpuReport {
-  const seconds = reports.reduce((sum, r) => sum + r.seconds, 0);
-  const weighted = (pick: (r: CpuReport) => number) =>
-    seconds > 0
-      ? Math.round((reports.reduce((sum, r) => sum + pick(r) * r.seconds, 0) / seconds) * 100) / 100
-      : 0;
+  const { stats, weighted } = mergeLoopStats(reports);
   return {
-    seconds: Math.round(seconds * 1000) / 1000,
-    eventLoopUtilization: weighted((r) => r.eventLoopUtilization),
-    eventLoopDelayP99Ms: Math.max(0, ...reports.map((r) => r.eventLoopDelayP99Ms)),
-    eventLoopDelayMaxMs: Math.max(0, ...reports.map((r) => r.eventLoopDelayMaxMs)),
-    gcPauseMs: {
-      total: Math.round(reports.reduce((sum, r) => sum + r.gcPauseMs.total, 0) * 100) / 100,
-      max: Math.max(0, ...reports.map((r) => r.gcPauseMs.max)),
-    },
+    ...stats,
     cores: {
       benchProcess: weighted((r) => r.cores.benchProcess),
       bridgeProcess: weighted((r) => r.cores.bridgeProcess),

@@ -1,4 +1,4 @@
-import type { Database } from '../platform/database.ts';
+import type { Database, Executor } from '../platform/database.ts';
 import { RunNotFoundError } from './errors.ts';
 import { inspectRun, isTerminalStatus } from './inspect-run.ts';
 import { lockScope } from './scope-lock.ts';
@@ -67,13 +67,25 @@ export async function finalize(db: Database, identity: CleanupIdentity): Promise
     else if (live !== null && live.generation !== identity.generation) changed.push('generation');
     if (changed.length) return { outcome: FinalizeOutcome.IDENTITY_CHANGED, changed };
 
-    const { rows } = await tx.query<{ cleared: number; cleaned_at: string }>(CLEAR_FENCE, [
-      identity.runId,
-      identity.uid,
-      identity.runtimeScopeId,
-      identity.generation,
-      identity.sandboxId,
-    ]);
-    return { outcome: FinalizeOutcome.CLEARED, cleanedAt: new Date(rows[0]!.cleaned_at).toISOString() };
+    return { outcome: FinalizeOutcome.CLEARED, cleanedAt: await clearFence(tx, identity) };
   });
+}
+
+/**
+ * The write of phase 3, for a caller that holds the scope's advisory lock and the run's row lock
+ * and has re-checked everything: clears the fence and marks that sandbox generation released.
+ * Returns when it happened (ISO). The benchmarks' baseline reuses it so both designs write alike.
+ */
+export async function clearFence(
+  tx: Executor,
+  target: Pick<CleanupIdentity, 'runId' | 'uid' | 'runtimeScopeId' | 'sandboxId' | 'generation'>,
+): Promise<string> {
+  const { rows } = await tx.query<{ cleared: number; cleaned_at: string }>(CLEAR_FENCE, [
+    target.runId,
+    target.uid,
+    target.runtimeScopeId,
+    target.generation,
+    target.sandboxId,
+  ]);
+  return new Date(rows[0]!.cleaned_at).toISOString();
 }

@@ -110,7 +110,10 @@ export function renderMarkdown(results: BenchResults, sourceFile: string): strin
             (f.loadProcess
               ? `contention load ${fmt(f.loadProcess.cores)} (its event loop ${Math.round(f.loadProcess.eventLoopUtilization * 100)}% busy, delay p99 ${fmt(f.loadProcess.eventLoopDelayP99Ms)} ms), `
               : '') +
-            `machine ${fmt(f.cpu.cores.machine)} of ${f.cpu.machineCores}.`,
+            `machine ${fmt(f.cpu.cores.machine)} of ${f.cpu.machineCores}` +
+            (f.cpu.memoryMiB
+              ? `; this process's RSS peak ${fmt(f.cpu.memoryMiB.rssPeak)} MiB (JS heap used peak ${fmt(f.cpu.memoryMiB.heapUsedPeak)} MiB).`
+              : '.'),
         );
       }
     }
@@ -155,7 +158,11 @@ export function renderMarkdown(results: BenchResults, sourceFile: string): strin
           `CPU cores used: this process ${fmt(c.cores.benchProcess)}, database bridge ${fmt(c.cores.bridgeProcess)}, ` +
           `PostgreSQL backends ${fmt(c.cores.postgresBackends)}, whole machine ${fmt(c.cores.machine)} of ${c.machineCores}. ` +
           `This process (functions, their SQS client, ${e2e.sqsEmulator === 'own-process' ? '' : 'the SQS emulator '}and the provisioner share its one event loop) spent ` +
-          `${fmt(cpuPerCleanupMs)} ms of CPU per cleanup: at most ~${Math.round(1000 / cpuPerCleanupMs)} cleanups/s on one core.`,
+          `${fmt(cpuPerCleanupMs)} ms of CPU per cleanup: at most ~${Math.round(1000 / cpuPerCleanupMs)} cleanups/s on one core.` +
+          (c.memoryMiB
+            ? ` Memory of this process over the burst of ${burstAtZero.runs}: RSS ${fmt(c.memoryMiB.rssStart)} → peak ${fmt(c.memoryMiB.rssPeak)} MiB, ` +
+              `JS heap used ${fmt(c.memoryMiB.heapUsedStart)} → peak ${fmt(c.memoryMiB.heapUsedPeak)} MiB.`
+            : ''),
       );
     }
     lines.push('');

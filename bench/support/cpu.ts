@@ -18,6 +18,8 @@ export interface CpuReport {
   /** CPU seconds per wall second: 1.0 = one core fully used. */
   cores: { benchProcess: number; bridgeProcess: number; postgresBackends: number; machine: number };
   machineCores: number;
+  /** The benchmark process's memory (absent in results written before it was measured). */
+  memoryMiB?: MemoryReport;
 }
 
 const CLOCK_TICKS_PER_SECOND = 100;
@@ -77,6 +79,44 @@ export interface ProcessReport {
   gcPauseMs: { total: number; max: number };
   /** CPU seconds per wall second of this process. */
   cores: number;
+  /** This process's memory, sampled every MEMORY_SAMPLE_MS (absent in results written before it was measured). */
+  memoryMiB?: MemoryReport;
+}
+
+export interface MemoryReport {
+  rssStart: number;
+  rssPeak: number;
+  heapUsedStart: number;
+  heapUsedPeak: number;
+}
+
+/** Often enough to catch a burst's peak; one memoryUsage() call costs microseconds. */
+const MEMORY_SAMPLE_MS = 20;
+
+const mib = (bytes: number) => Math.round((bytes / 2 ** 20) * 10) / 10;
+
+function startMemorySampler(): { stop(): MemoryReport } {
+  const first = process.memoryUsage();
+  const report: MemoryReport = {
+    rssStart: mib(first.rss),
+    rssPeak: mib(first.rss),
+    heapUsedStart: mib(first.heapUsed),
+    heapUsedPeak: mib(first.heapUsed),
+  };
+  const sample = () => {
+    const now = process.memoryUsage();
+    report.rssPeak = Math.max(report.rssPeak, mib(now.rss));
+    report.heapUsedPeak = Math.max(report.heapUsedPeak, mib(now.heapUsed));
+  };
+  const timer = setInterval(sample, MEMORY_SAMPLE_MS);
+  timer.unref();
+  return {
+    stop() {
+      clearInterval(timer);
+      sample();
+      return report;
+    },
+  };
 }
 
 export interface ProcessProbe {
@@ -107,8 +147,10 @@ export function startProcessProbe(): ProcessProbe {
   });
   gcObserver.observe({ entryTypes: ['gc'] });
   const cpu = process.cpuUsage();
+  const memory = startMemorySampler();
   return {
     stop() {
+      const memoryMiB = memory.stop();
       const seconds = (performance.now() - started) / 1000;
       const used = process.cpuUsage(cpu);
       delay.disable();
@@ -121,6 +163,7 @@ export function startProcessProbe(): ProcessProbe {
         eventLoopDelayMaxMs: lateness(delay.max),
         gcPauseMs: { total: Math.round(gc.total * 100) / 100, max: Math.round(gc.max * 100) / 100 },
         cores: Math.round(((used.user + used.system) / 1e6 / seconds) * 100) / 100,
+        memoryMiB,
       };
     },
   };
@@ -161,7 +204,8 @@ function mergeLoopStats<R extends LoopStats>(
 /** Several process reports as one, weighted by duration (event-loop delay and GC pause: the worst). */
 export function mergeProcessReports(reports: readonly ProcessReport[]): ProcessReport {
   const { stats, weighted } = mergeLoopStats(reports);
-  return { ...stats, cores: weighted((r) => r.cores) };
+  const memoryMiB = mergeMemory(reports);
+  return { ...stats, cores: weighted((r) => r.cores), ...(memoryMiB ? { memoryMiB } : {}) };
 }
 
 export interface CpuProbe {
@@ -196,6 +240,7 @@ export async function startCpuProbe(options: {
           machine: perSecond(machineNow.busy - machine.busy),
         },
         machineCores: machineNow.cores,
+        ...(report.memoryMiB ? { memoryMiB: report.memoryMiB } : {}),
       };
     },
   };
@@ -213,5 +258,18 @@ export function mergeCpuReports(reports: readonly CpuReport[]): CpuReport {
       machine: weighted((r) => r.cores.machine),
     },
     machineCores: reports[0]?.machineCores ?? 0,
+    ...(mergeMemory(reports) ? { memoryMiB: mergeMemory(reports)! } : {}),
+  };
+}
+
+/** The first report's starting point and the highest peaks. */
+function mergeMemory(reports: readonly { memoryMiB?: MemoryReport }[]): MemoryReport | undefined {
+  const measured = reports.flatMap((r) => (r.memoryMiB ? [r.memoryMiB] : []));
+  if (!measured.length) return undefined;
+  return {
+    rssStart: measured[0]!.rssStart,
+    rssPeak: Math.max(...measured.map((m) => m.rssPeak)),
+    heapUsedStart: measured[0]!.heapUsedStart,
+    heapUsedPeak: Math.max(...measured.map((m) => m.heapUsedPeak)),
   };
 }

@@ -49,8 +49,9 @@ export type ForceClearResult =
   | { applied: true; plan: ForceClearPlan; overrideId: number; forcedAt: string };
 
 /**
- * Clears the fence (only if still up), releases the captured generation (only if still live) and
- * records the override, in one statement: either all three happen or none does.
+ * Clears the fence (only if still up), releases the captured sandbox (named by id and generation,
+ * as in finalize: generations are counted per sandbox id) and records the override, in one
+ * statement: either all three happen or none does.
  */
 const FORCE_CLEAR = `
   WITH cleared AS (
@@ -62,7 +63,7 @@ const FORCE_CLEAR = `
     UPDATE sandbox_runtimes s SET released_at = now()
     FROM cleared c
     WHERE s.uid = c.uid AND s.runtime_scope_id = c.runtime_scope_id
-      AND s.generation = $2::bigint AND s.released_at IS NULL
+      AND s.generation = $2::bigint AND s.sandbox_id = $3::text AND s.released_at IS NULL
     RETURNING s.generation
   )
   INSERT INTO runtime_cleanup_overrides

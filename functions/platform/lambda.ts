@@ -29,10 +29,14 @@ export function lambdaEntry<E, R>(
 ): (event: E, context: Context) => Promise<R> {
   let ready: Promise<(event: E, context: Context) => Promise<R>> | undefined;
   return async (event, context) => {
-    ready ??= build().then(({ handler, telemetry }) => withObservability(handler, telemetry));
-    ready.catch(() => {
-      ready = undefined;
-    });
+    if (!ready) {
+      const building = build().then(({ handler, telemetry }) => withObservability(handler, telemetry));
+      // A failed build is forgotten, so the next invocation builds again (not the same failure forever).
+      building.catch(() => {
+        if (ready === building) ready = undefined;
+      });
+      ready = building;
+    }
     return (await ready)(event, context);
   };
 }

@@ -95,7 +95,8 @@ export function toSqsRecord(message: Message, queueArn: string, region: string):
   };
 }
 
-function lambdaContext(functionName: string, timeoutSeconds: number): Context {
+/** A Lambda-like context: the function's name and a deadline `timeoutSeconds` from now. */
+export function localLambdaContext(functionName: string, timeoutSeconds: number): Context {
   const deadline = Date.now() + timeoutSeconds * 1000;
   invocationSequence += 1;
   return {
@@ -142,7 +143,7 @@ export function createEventSource(options: EventSourceOptions): EventSource {
       preReceiveMessageCallback: async () => signalPolling(),
       handleMessageBatch: async (messages) => {
         const event: SQSEvent = { Records: messages.map((m) => toSqsRecord(m, options.queueArn, region)) };
-        const context = lambdaContext(options.functionName, options.timeoutSeconds);
+        const context = localLambdaContext(options.functionName, options.timeoutSeconds);
         const invokedAt = Date.now();
         let timer: NodeJS.Timeout | undefined;
         const timedOut = new Promise<'timeout'>((resolve) => {

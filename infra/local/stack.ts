@@ -22,7 +22,12 @@ import type { SweepResult } from '../../functions/sweeper/sweep.ts';
 import { migrate } from '../migrate.ts';
 import { startDatabaseBridge } from './db-bridge.ts';
 import { startEmbeddedPostgres } from './embedded-postgres.ts';
-import { createEventSource, type EventSource, type EventSourceOptions } from './event-source.ts';
+import {
+  createEventSource,
+  type EventSource,
+  type EventSourceOptions,
+  localLambdaContext,
+} from './event-source.ts';
 import { type LocalProvisioner, startProvisioner } from './provisioner/server.ts';
 import {
   type CreatedQueue,
@@ -236,7 +241,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     });
     await Promise.all(sources.map((source) => source.polling));
 
-    const runSweeper = () => sweeper({}, sweeperContext());
+    const runSweeper = () =>
+      sweeper({}, localLambdaContext('sweeper', FUNCTION_DEFINITIONS.sweeper.timeoutSeconds));
     if (options.sweeper !== false) {
       const timer = setInterval(() => {
         runSweeper().catch((error: Error) => onError(error, 'sweeper'));
@@ -262,23 +268,4 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     await stopAll();
     throw error;
   }
-}
-
-function sweeperContext() {
-  const timeoutMs = FUNCTION_DEFINITIONS.sweeper.timeoutSeconds * 1000;
-  const deadline = Date.now() + timeoutMs;
-  return {
-    callbackWaitsForEmptyEventLoop: false,
-    functionName: 'sweeper',
-    functionVersion: '$LATEST',
-    invokedFunctionArn: 'arn:aws:lambda:local:000000000000:function:sweeper',
-    memoryLimitInMB: '256',
-    awsRequestId: `local-sweep-${Date.now()}`,
-    logGroupName: '/aws/lambda/sweeper',
-    logStreamName: 'local',
-    getRemainingTimeInMillis: () => Math.max(0, deadline - Date.now()),
-    done: () => {},
-    fail: () => {},
-    succeed: () => {},
-  };
 }

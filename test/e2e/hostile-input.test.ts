@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Message } from '@aws-sdk/client-sqs';
-import type { Context, SQSEvent, SQSRecord } from 'aws-lambda';
+import type { SQSEvent, SQSRecord } from 'aws-lambda';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { QueueUnavailableError } from '../../functions/cleanup/errors.ts';
@@ -13,6 +13,7 @@ import { createProvider } from '../../functions/platform/dependencies.ts';
 import { createTelemetry } from '../../functions/platform/observability.ts';
 import { deadLetterQueueName, type Queues, type SendOptions } from '../../functions/platform/queues.ts';
 import { createReleaseHandler } from '../../functions/release/handler.ts';
+import { localLambdaContext } from '../../infra/local/event-source.ts';
 import {
   expectedFate,
   FATE_CODES,
@@ -97,24 +98,6 @@ function record(queue: ConsumedQueue, body: string, groupId: string): SQSRecord 
   });
 }
 
-function lambdaContext(): Context {
-  const deadline = Date.now() + 30_000;
-  return {
-    callbackWaitsForEmptyEventLoop: false,
-    functionName: 'hostile-input-test',
-    functionVersion: '$LATEST',
-    invokedFunctionArn: 'arn:aws:lambda:local:000000000000:function:hostile-input-test',
-    memoryLimitInMB: '256',
-    awsRequestId: randomUUID(),
-    logGroupName: '/aws/lambda/hostile-input-test',
-    logStreamName: 'local',
-    getRemainingTimeInMillis: () => Math.max(0, deadline - Date.now()),
-    done: () => {},
-    fail: () => {},
-    succeed: () => {},
-  };
-}
-
 /** A valid message for the queue, about a fresh fenced run, and what its processing must show. */
 async function validMessage(
   queue: ConsumedQueue,
@@ -197,7 +180,10 @@ describe('hostile queue bodies', () => {
             const validRecord = record(queue, valid.body, valid.groupId);
             records.splice(position % (records.length + 1), 0, validRecord);
 
-            const response = await handler({ Records: records } satisfies SQSEvent, lambdaContext());
+            const response = await handler(
+              { Records: records } satisfies SQSEvent,
+              localLambdaContext('hostile-input-test', 30),
+            );
 
             expect(response.batchItemFailures, sendFailures.join('\n')).toEqual([]);
             const letters = sent.filter((m) => m.queue === deadLetterQueueName(queue));
@@ -239,7 +225,7 @@ describe('hostile queue bodies', () => {
         async (count, prefix) => {
           const body = `${prefix}${'😀'.repeat(count)}`;
           const r = record('run-finished', body, 'unused');
-          const response = await handler({ Records: [r] }, lambdaContext());
+          const response = await handler({ Records: [r] }, localLambdaContext('hostile-input-test', 30));
           expect(response.batchItemFailures).toEqual([]);
           const letter = sent.find((m) => m.attributes.sourceMessageId === r.messageId);
           expect(letter?.attributes.errorCode).toBe('MESSAGE_INVALID');

@@ -1,5 +1,5 @@
 import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
-import type { Context, SQSEvent } from 'aws-lambda';
+import type { SQSEvent } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createFenceCheckHandler } from '../../functions/fence-check/handler.ts';
 import { createFinalizeHandler } from '../../functions/finalize/handler.ts';
@@ -10,7 +10,7 @@ import { METRICS_NAMESPACE, MetricName } from '../../functions/platform/metric-n
 import { createTelemetry } from '../../functions/platform/observability.ts';
 import { QueueName } from '../../functions/platform/queues.ts';
 import { createReleaseHandler } from '../../functions/release/handler.ts';
-import { toSqsRecord } from '../../infra/local/event-source.ts';
+import { localLambdaContext, toSqsRecord } from '../../infra/local/event-source.ts';
 import { finishedRootRun } from '../support/factories.ts';
 import { useProvisionerFixture, useSqsFixture } from '../support/fixtures.ts';
 
@@ -70,23 +70,6 @@ async function takeOne(queue: string): Promise<SQSEvent> {
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
   throw new Error(`nothing arrived on ${queue}`);
-}
-
-function lambdaContext(name: string): Context {
-  return {
-    functionName: name,
-    functionVersion: '$LATEST',
-    invokedFunctionArn: `arn:aws:lambda:us-east-1:000000000000:function:${name}`,
-    memoryLimitInMB: '256',
-    awsRequestId: `req-${name}-${Math.random()}`,
-    logGroupName: `/aws/lambda/${name}`,
-    logStreamName: 'test',
-    callbackWaitsForEmptyEventLoop: false,
-    getRemainingTimeInMillis: () => 60_000,
-    done: () => {},
-    fail: () => {},
-    succeed: () => {},
-  };
 }
 
 function emfMetrics(lines: Record<string, unknown>[]) {
@@ -151,12 +134,12 @@ describe('logs and metrics of one cleanup', () => {
 
     await sqsFixture.queues.send(QueueName.RUN_FINISHED, { runId: s.rootRunId });
     const lines = await captureStdout(async () => {
-      await fenceCheck(await takeOne(QueueName.RUN_FINISHED), lambdaContext('fence-check'));
-      await release(await takeOne(QueueName.RUNTIME_RELEASE), lambdaContext('release'));
-      await finalize(await takeOne(QueueName.RUNTIME_FINALIZE), lambdaContext('finalize'));
+      await fenceCheck(await takeOne(QueueName.RUN_FINISHED), localLambdaContext('fence-check', 60));
+      await release(await takeOne(QueueName.RUNTIME_RELEASE), localLambdaContext('release', 60));
+      await finalize(await takeOne(QueueName.RUNTIME_FINALIZE), localLambdaContext('finalize', 60));
       // A second invocation for another (unknown) run: its lines must not carry the first run's keys.
       await sqsFixture.queues.send(QueueName.RUN_FINISHED, { runId: 'ghost' });
-      await fenceCheck(await takeOne(QueueName.RUN_FINISHED), lambdaContext('fence-check'));
+      await fenceCheck(await takeOne(QueueName.RUN_FINISHED), localLambdaContext('fence-check', 60));
       // An error message that names the database URL is redacted on the way out.
       telemetry.finalize.logger.error('connection failed', {
         error: `could not reach ${config.databaseUrl}`,

@@ -1,3 +1,4 @@
+import { nearestRank } from '../../infra/local/nearest-rank.ts';
 /**
  * Latency summaries for the benchmark report. Percentiles are nearest-rank on the sorted samples
  * (the p99 of 100 samples is the 99th smallest, never an interpolation between two), so every
@@ -17,9 +18,7 @@ function round(value: number): number {
 }
 
 export function percentile(sorted: readonly number[], p: number): number {
-  if (sorted.length === 0) return Number.NaN;
-  const rank = Math.max(1, Math.ceil((p / 100) * sorted.length));
-  return sorted[Math.min(rank, sorted.length) - 1]!;
+  return nearestRank(sorted, p) ?? Number.NaN;
 }
 
 export function summarize(samples: readonly number[]): Summary {

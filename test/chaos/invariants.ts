@@ -1,3 +1,4 @@
+import { ascending, nearestRank } from '../../infra/local/nearest-rank.ts';
 import type { RunLogEntry, SandboxLogEntry } from './ledger.ts';
 
 /**
@@ -420,10 +421,7 @@ export function convergenceOf(
 }
 
 export function percentile(values: readonly number[], p: number): number {
-  if (values.length === 0) return 0;
-  const sorted = [...values].sort((a, b) => a - b);
-  const rank = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
-  return sorted[rank]!;
+  return nearestRank(ascending(values), p) ?? 0;
 }
 
 const SANDBOX_PATH = /^\/api\/sandboxes\/([^/]+)$/;

@@ -1,3 +1,4 @@
+import { ascending, nearestRank } from '../nearest-rank.ts';
 import {
   FunctionMessage,
   type LogLine,
@@ -371,10 +372,7 @@ export class DemoModel {
 
 /** The q-quantile (0..1) by nearest rank; undefined for no values. */
 export function quantile(values: readonly number[], q: number): number | undefined {
-  if (values.length === 0) return undefined;
-  const sorted = [...values].sort((a, b) => a - b);
-  const rank = Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1));
-  return sorted[rank];
+  return nearestRank(ascending(values), q * 100);
 }
 
 /**

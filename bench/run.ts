@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { loadConfig } from '../functions/platform/config.ts';
+import { loadConfig } from '../functions/adapters/config.ts';
 import { startProvisioner } from '../infra/local/provisioner/server.ts';
 import { runE2eScenario, type StackConcurrency } from './e2e/scenario.ts';
 import { type LockFigure, lockVariants, runLockScenario, VariantId } from './locks/scenario.ts';

@@ -1,6 +1,6 @@
-import { loadConfig } from '../functions/platform/config.ts';
-import { closeInProcessBridge, describeDatabase, openDatabase } from '../functions/platform/database.ts';
-import { redactSecrets } from '../functions/platform/redact.ts';
+import { loadConfig } from '../functions/adapters/config.ts';
+import { closeInProcessBridge, describeDatabase, openDatabase } from '../functions/adapters/database.ts';
+import { redactSecrets } from '../functions/adapters/redact.ts';
 import { migrate } from './migrate.ts';
 
 /** `npm run migrate`: applies the migrations to DATABASE_URL (idempotent) and exits. */

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { readdir, readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
-import type { Database } from '../functions/platform/database.ts';
+import type { Database } from '../functions/adapters/database.ts';
 
 /**
  * A minimal migration runner: numbered `.sql` files in `infra/migrations/`, applied in order,

@@ -11,13 +11,14 @@
  * `inspectRun` query and checks, the same ProvisionerClient, the same fence-clearing statement), so
  * the benchmark compares exactly one thing: where the external delete happens.
  */
+
+import type { Database } from '../../functions/adapters/database.ts';
+import type { ProvisionerClient } from '../../functions/adapters/provisioner-client.ts';
 import { OwnershipConflictError, RunNotFoundError } from '../../functions/cleanup/errors.ts';
 import { clearFence } from '../../functions/cleanup/finalize.ts';
 import { inspectRun, isTerminalStatus } from '../../functions/cleanup/inspect-run.ts';
-import type { ProvisionerClient } from '../../functions/cleanup/provisioner-client.ts';
 import { lockScopeOfRun } from '../../functions/cleanup/scope-lock.ts';
 import { type ReleaseOutcome, RunType } from '../../functions/cleanup/types.ts';
-import type { Database } from '../../functions/platform/database.ts';
 
 export const BaselineOutcome = {
   CLEARED: 'cleared',

@@ -7,14 +7,14 @@ import {
   SendMessageBatchCommand,
   type SQSClient,
 } from '@aws-sdk/client-sqs';
-import type { Database } from '../../functions/platform/database.ts';
-import { announceRunFinished } from '../../functions/platform/publish.ts';
+import type { Database } from '../../functions/adapters/database.ts';
+import { announceRunFinished } from '../../functions/adapters/publish.ts';
 import {
   createQueues,
   createSqsClient,
   deadLetterQueueName,
   QueueName,
-} from '../../functions/platform/queues.ts';
+} from '../../functions/adapters/queues.ts';
 import { type AdmittedRun, PlatformSimulator, type ScopeRef } from '../../infra/local/platform.ts';
 import { type Stack, startStack } from '../../infra/local/stack.ts';
 import { type ChildHandle, startChild } from '../support/child-process.ts';

@@ -1,4 +1,4 @@
-import type { Database } from '../../functions/platform/database.ts';
+import type { Database } from '../../functions/adapters/database.ts';
 
 /**
  * The platform's other transactions on the rows and advisory keys a cleanup locks, run while the

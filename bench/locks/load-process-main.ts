@@ -1,4 +1,4 @@
-import type { Database } from '../../functions/platform/database.ts';
+import type { Database } from '../../functions/adapters/database.ts';
 import { seededRandom } from '../../infra/local/provisioner/faults.ts';
 import { type ProcessProbe, startProcessProbe } from '../support/cpu.ts';
 import { openBenchPool, warmPool } from '../support/pools.ts';

@@ -1,12 +1,12 @@
+import type { CleanupConfig } from '../../functions/adapters/config.ts';
+import type { Database } from '../../functions/adapters/database.ts';
+import { ProvisionerClient } from '../../functions/adapters/provisioner-client.ts';
+import { createQueues } from '../../functions/adapters/queues.ts';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { finalize } from '../../functions/cleanup/finalize.ts';
-import { ProvisionerClient } from '../../functions/cleanup/provisioner-client.ts';
 import { release } from '../../functions/cleanup/release.ts';
 import { SandboxProvider } from '../../functions/cleanup/sandbox-provider.ts';
 import { FenceCheckOutcome, FinalizeOutcome, ReleaseOutcome } from '../../functions/cleanup/types.ts';
-import type { CleanupConfig } from '../../functions/platform/config.ts';
-import type { Database } from '../../functions/platform/database.ts';
-import { createQueues } from '../../functions/platform/queues.ts';
 import { PlatformSimulator, type ScopeRef } from '../../infra/local/platform.ts';
 import type { LocalProvisioner } from '../../infra/local/provisioner/server.ts';
 import {
@@ -51,7 +51,7 @@ export type Design = (typeof Design)[keyof typeof Design];
  * A design run with a given pool of connections for its cleanup transactions. The baseline needs a
  * connection per cleanup in flight (it holds one across the delete); the split protocol holds one
  * only for its two short transactions, so it is measured both with the baseline's pool and with
- * the pool a deployed function has (5, functions/platform/dependencies.ts).
+ * the pool a deployed function has (5, functions/adapters/dependencies.ts).
  */
 export interface LockVariant {
   id: string;
@@ -73,7 +73,7 @@ export const VariantId = {
   SPLIT_ONE_INSTANCE: 'split-one-instance',
 } as const;
 
-/** The deployed functions' pool size (functions/platform/dependencies.ts). */
+/** The deployed functions' pool size (functions/adapters/dependencies.ts). */
 export const DEPLOYED_POOL_CONNECTIONS = 5;
 /** fence-check's and finalize's SQS batch size (infra/queues.json); a batch's records run in parallel. */
 export const DEPLOYED_BATCH_SIZE = 10;

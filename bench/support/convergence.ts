@@ -1,4 +1,4 @@
-import type { Executor } from '../../functions/platform/database.ts';
+import type { Executor } from '../../functions/adapters/database.ts';
 import type { AdmittedRun, PlatformSimulator, ScopeRef } from '../../infra/local/platform.ts';
 import type { LocalProvisioner } from '../../infra/local/provisioner/server.ts';
 import { deletesByGeneration } from './sandboxes.ts';

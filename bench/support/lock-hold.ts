@@ -1,4 +1,4 @@
-import type { Database, Executor } from '../../functions/platform/database.ts';
+import type { Database, Executor } from '../../functions/adapters/database.ts';
 
 /**
  * Lock hold times measured from the client, without touching production code: a Database wrapper

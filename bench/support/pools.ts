@@ -1,4 +1,4 @@
-import { type Database, openDatabase } from '../../functions/platform/database.ts';
+import { type Database, openDatabase } from '../../functions/adapters/database.ts';
 
 /**
  * How every benchmark pool is opened, in whichever process it lives (the benchmark itself, or the

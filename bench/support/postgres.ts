@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { Database } from '../../functions/platform/database.ts';
+import type { Database } from '../../functions/adapters/database.ts';
 import { startEmbeddedPostgres } from '../../infra/local/embedded-postgres.ts';
 import { migrate } from '../../infra/migrate.ts';
 import { startChild } from './child-process.ts';

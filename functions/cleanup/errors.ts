@@ -7,7 +7,6 @@
  * logs, metrics and dead-letter reasons.
  */
 export const ErrorCode = {
-  CONFIG_INVALID: 'CONFIG_INVALID',
   MESSAGE_INVALID: 'MESSAGE_INVALID',
   RUN_NOT_FOUND: 'RUN_NOT_FOUND',
   OWNERSHIP_CONFLICT: 'OWNERSHIP_CONFLICT',
@@ -19,9 +18,6 @@ export const ErrorCode = {
   PROVISIONER_REJECTED: 'PROVISIONER_REJECTED',
   PROVISIONER_BAD_RESPONSE: 'PROVISIONER_BAD_RESPONSE',
   GENERATION_ANOMALY: 'GENERATION_ANOMALY',
-  DATABASE_UNAVAILABLE: 'DATABASE_UNAVAILABLE',
-  DATABASE_LOCK_TIMEOUT: 'DATABASE_LOCK_TIMEOUT',
-  QUEUE_UNAVAILABLE: 'QUEUE_UNAVAILABLE',
   // Operator actions (force-clear, retry) refused; nothing was changed.
   REASON_INVALID: 'REASON_INVALID',
   RUN_NOT_ROOT: 'RUN_NOT_ROOT',
@@ -32,7 +28,8 @@ export const ErrorCode = {
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
 
 export abstract class CleanupError extends Error {
-  abstract readonly code: ErrorCode;
+  /** A protocol code (ErrorCode) or an infrastructure one (`adapters/errors.ts`). */
+  abstract readonly code: string;
   abstract readonly retryable: boolean;
   /** Structured facts for logs and dead-letter reasons; never secrets. */
   readonly details: Readonly<Record<string, unknown>>;
@@ -41,18 +38,6 @@ export abstract class CleanupError extends Error {
     super(message, options);
     this.name = new.target.name;
     this.details = details;
-  }
-}
-
-export class ConfigError extends CleanupError {
-  readonly code = ErrorCode.CONFIG_INVALID;
-  readonly retryable = false;
-  constructor(
-    readonly variable: string,
-    readonly value: string,
-    readonly rule: string,
-  ) {
-    super(`${variable}=${JSON.stringify(value)} is invalid: ${rule}`, { variable, rule });
   }
 }
 
@@ -119,21 +104,6 @@ export class ProvisionerBadResponseError extends CleanupError {
 export class GenerationAnomalyError extends CleanupError {
   readonly code = ErrorCode.GENERATION_ANOMALY;
   readonly retryable = false;
-}
-
-export class DatabaseUnavailableError extends CleanupError {
-  readonly code = ErrorCode.DATABASE_UNAVAILABLE;
-  readonly retryable = true;
-}
-
-export class DatabaseLockTimeoutError extends CleanupError {
-  readonly code = ErrorCode.DATABASE_LOCK_TIMEOUT;
-  readonly retryable = true;
-}
-
-export class QueueUnavailableError extends CleanupError {
-  readonly code = ErrorCode.QUEUE_UNAVAILABLE;
-  readonly retryable = true;
 }
 
 export type OperationRefusalCode =

@@ -1,5 +1,5 @@
-import type { Database } from '../platform/database.ts';
 import { OwnershipConflictError, RunNotFoundError } from './errors.ts';
+import type { Database } from './executor.ts';
 import { inspectRun, isTerminalStatus } from './inspect-run.ts';
 import { lockScopeOfRun } from './scope-lock.ts';
 import { DeferralReason, FenceCheckOutcome, type FenceCheckResult, RunType } from './types.ts';

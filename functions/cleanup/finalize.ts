@@ -1,5 +1,5 @@
-import type { Database, Executor } from '../platform/database.ts';
 import { RunNotFoundError } from './errors.ts';
+import type { Database, Executor } from './executor.ts';
 import { inspectRun, isTerminalStatus } from './inspect-run.ts';
 import { lockScope } from './scope-lock.ts';
 import { type CleanupIdentity, DeferralReason, FinalizeOutcome, type FinalizeResult } from './types.ts';

@@ -1,5 +1,5 @@
-import type { Database } from '../platform/database.ts';
 import { ErrorCode, OperationRefusedError, RunNotFoundError } from './errors.ts';
+import type { Database } from './executor.ts';
 import { inspectRun, isTerminalStatus } from './inspect-run.ts';
 import { lockScopeOfRun } from './scope-lock.ts';
 import { RunType } from './types.ts';

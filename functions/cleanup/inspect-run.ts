@@ -1,4 +1,4 @@
-import type { Executor } from '../platform/database.ts';
+import type { Executor } from './executor.ts';
 import { TERMINAL_RUN_STATUSES } from './types.ts';
 
 /**

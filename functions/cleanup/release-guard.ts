@@ -1,5 +1,5 @@
-import type { Executor } from '../platform/database.ts';
 import { RunNotFoundError } from './errors.ts';
+import type { Executor } from './executor.ts';
 import { TERMINAL_RUN_STATUSES } from './types.ts';
 
 /**

@@ -1,14 +1,28 @@
 import { ReleaseLockTimeoutError } from './errors.ts';
 import { KeyedLock } from './keyed-lock.ts';
-import type { ProvisionerClient } from './provisioner-client.ts';
-import type { ReleaseResult } from './types.ts';
+import type { ReleaseOutcome, ReleaseResult } from './types.ts';
+
+/** One bounded delete of one sandbox generation. */
+export interface DeleteSandboxRequest {
+  sandboxId: string;
+  generation: number;
+  /** Bounds this one HTTP exchange, headers and body. */
+  deleteTimeoutMs: number;
+  /** The caller's deadline (the whole release); aborting it really closes the request. */
+  signal?: AbortSignal;
+}
 
 /**
- * The sandbox provider's release: the scope's keyed lock (bounded wait), then the provisioner's
- * delete (bounded). If the lock is not had in time the delete is never sent.
+ * The provisioner's delete as the protocol needs it; `functions/adapters/provisioner-client.ts`
+ * implements it over HTTP with the contract's reply semantics.
  */
+export interface SandboxDeleteClient {
+  deleteSandbox(request: DeleteSandboxRequest): Promise<ReleaseOutcome>;
+  close(): Promise<void>;
+}
+
 export interface SandboxProviderOptions {
-  client: ProvisionerClient;
+  client: SandboxDeleteClient;
   releaseLockTimeoutMs: number;
   provisionerDeleteTimeoutMs: number;
   lock?: KeyedLock;
@@ -21,6 +35,10 @@ export interface SandboxRef {
   generation: number;
 }
 
+/**
+ * The sandbox provider's release: the scope's keyed lock (bounded wait), then the provisioner's
+ * delete (bounded). If the lock is not had in time the delete is never sent.
+ */
 export class SandboxProvider {
   readonly lock: KeyedLock;
   readonly #options: SandboxProviderOptions;

@@ -1,5 +1,5 @@
-import type { Executor } from '../platform/database.ts';
 import { RunNotFoundError } from './errors.ts';
+import type { Executor } from './executor.ts';
 
 /**
  * The scope's advisory transaction lock, the first lock every cleanup transaction takes (then

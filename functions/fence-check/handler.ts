@@ -1,14 +1,14 @@
+import { type ConsumerDependencies, createSqsConsumer } from '../adapters/batch.ts';
+import type { Database } from '../adapters/database.ts';
+import { nextDeferral } from '../adapters/deferral.ts';
+import { dependenciesFromEnvironment } from '../adapters/dependencies.ts';
+import { lambdaEntry, type SqsHandler } from '../adapters/lambda.ts';
+import { parseMessage, RunFinishedMessage } from '../adapters/messages.ts';
+import { MetricName } from '../adapters/metric-names.ts';
+import { announceRunFinished, publishFinalize, publishRelease } from '../adapters/publish.ts';
+import { QueueName } from '../adapters/queues.ts';
 import { fenceCheck } from '../cleanup/fence-check.ts';
 import { FenceCheckOutcome } from '../cleanup/types.ts';
-import { type ConsumerDependencies, createSqsConsumer } from '../platform/batch.ts';
-import type { Database } from '../platform/database.ts';
-import { nextDeferral } from '../platform/deferral.ts';
-import { dependenciesFromEnvironment } from '../platform/dependencies.ts';
-import { lambdaEntry, type SqsHandler } from '../platform/lambda.ts';
-import { parseMessage, RunFinishedMessage } from '../platform/messages.ts';
-import { MetricName } from '../platform/metric-names.ts';
-import { announceRunFinished, publishFinalize, publishRelease } from '../platform/publish.ts';
-import { QueueName } from '../platform/queues.ts';
 
 /**
  * fence-check: `run-finished` → phase 1 → `runtime-release.fifo` (a sandbox to delete),

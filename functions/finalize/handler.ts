@@ -1,19 +1,19 @@
-import { finalize } from '../cleanup/finalize.ts';
-import { FinalizeOutcome } from '../cleanup/types.ts';
-import { type ConsumerDependencies, createSqsConsumer } from '../platform/batch.ts';
-import type { Database } from '../platform/database.ts';
-import { nextDeferral } from '../platform/deferral.ts';
-import { dependenciesFromEnvironment } from '../platform/dependencies.ts';
-import { lambdaEntry, type SqsHandler } from '../platform/lambda.ts';
-import { FinalizeCommand, parseMessage } from '../platform/messages.ts';
-import { MetricName } from '../platform/metric-names.ts';
+import { type ConsumerDependencies, createSqsConsumer } from '../adapters/batch.ts';
+import type { Database } from '../adapters/database.ts';
+import { nextDeferral } from '../adapters/deferral.ts';
+import { dependenciesFromEnvironment } from '../adapters/dependencies.ts';
+import { lambdaEntry, type SqsHandler } from '../adapters/lambda.ts';
+import { FinalizeCommand, parseMessage } from '../adapters/messages.ts';
+import { MetricName } from '../adapters/metric-names.ts';
 import {
   announceRunFinished,
   postgresTimestampMs,
   publishCleaned,
   publishFinalize,
-} from '../platform/publish.ts';
-import { QueueName } from '../platform/queues.ts';
+} from '../adapters/publish.ts';
+import { QueueName } from '../adapters/queues.ts';
+import { finalize } from '../cleanup/finalize.ts';
+import { FinalizeOutcome } from '../cleanup/types.ts';
 
 /**
  * finalize: `runtime-finalize` → phase 3 → `runtime-cleaned` (cleared, or found clear: published

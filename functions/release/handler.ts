@@ -1,15 +1,15 @@
+import { type ConsumerDependencies, createSqsConsumer } from '../adapters/batch.ts';
+import type { Database } from '../adapters/database.ts';
+import { dependenciesFromEnvironment } from '../adapters/dependencies.ts';
+import { lambdaEntry, type SqsHandler } from '../adapters/lambda.ts';
+import { parseMessage, ReleaseCommand } from '../adapters/messages.ts';
+import { MetricName } from '../adapters/metric-names.ts';
+import { announceRunFinished, publishFinalize } from '../adapters/publish.ts';
+import { QueueName } from '../adapters/queues.ts';
 import { CleanupError } from '../cleanup/errors.ts';
 import { release } from '../cleanup/release.ts';
 import { checkReleaseStillWanted, ReleaseGuard } from '../cleanup/release-guard.ts';
 import type { SandboxProvider } from '../cleanup/sandbox-provider.ts';
-import { type ConsumerDependencies, createSqsConsumer } from '../platform/batch.ts';
-import type { Database } from '../platform/database.ts';
-import { dependenciesFromEnvironment } from '../platform/dependencies.ts';
-import { lambdaEntry, type SqsHandler } from '../platform/lambda.ts';
-import { parseMessage, ReleaseCommand } from '../platform/messages.ts';
-import { MetricName } from '../platform/metric-names.ts';
-import { announceRunFinished, publishFinalize } from '../platform/publish.ts';
-import { QueueName } from '../platform/queues.ts';
 
 /**
  * Time kept back from the Lambda deadline for publishing the finalize command and reporting the

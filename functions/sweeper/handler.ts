@@ -1,11 +1,11 @@
 import type { Context } from 'aws-lambda';
-import type { CleanupConfig } from '../platform/config.ts';
-import type { Database } from '../platform/database.ts';
-import { dependenciesFromEnvironment } from '../platform/dependencies.ts';
-import { lambdaEntry } from '../platform/lambda.ts';
-import { MetricName } from '../platform/metric-names.ts';
-import type { Telemetry } from '../platform/observability.ts';
-import type { Queues } from '../platform/queues.ts';
+import type { CleanupConfig } from '../adapters/config.ts';
+import type { Database } from '../adapters/database.ts';
+import { dependenciesFromEnvironment } from '../adapters/dependencies.ts';
+import { lambdaEntry } from '../adapters/lambda.ts';
+import { MetricName } from '../adapters/metric-names.ts';
+import type { Telemetry } from '../adapters/observability.ts';
+import type { Queues } from '../adapters/queues.ts';
 import { type SweepResult, sweepFences } from './sweep.ts';
 
 /** sweeper: on a schedule, re-announces fences pending too long and reports the fence backlog. */

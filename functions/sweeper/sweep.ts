@@ -1,6 +1,6 @@
-import type { Database } from '../platform/database.ts';
-import { announceRunFinished } from '../platform/publish.ts';
-import type { Queues } from '../platform/queues.ts';
+import type { Database } from '../adapters/database.ts';
+import { announceRunFinished } from '../adapters/publish.ts';
+import type { Queues } from '../adapters/queues.ts';
 
 /**
  * The reconciler's safety net: every root fence pending longer than FENCE_SWEEP_AFTER_SECONDS is

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import type { Database, Executor } from '../../functions/platform/database.ts';
-import { announceRunFinished } from '../../functions/platform/publish.ts';
-import type { Queues } from '../../functions/platform/queues.ts';
+import type { Database, Executor } from '../../functions/adapters/database.ts';
+import { announceRunFinished } from '../../functions/adapters/publish.ts';
+import type { Queues } from '../../functions/adapters/queues.ts';
 
 /**
  * What the agent platform does around a cleanup, done the way the platform would do it: admit a

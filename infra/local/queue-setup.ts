@@ -3,7 +3,7 @@ import {
   deadLetterQueueName,
   QUEUE_DEFINITIONS,
   type QueueDefinition,
-} from '../../functions/platform/queues.ts';
+} from '../../functions/adapters/queues.ts';
 
 /**
  * Creates the contract's queues on any SQS-compatible endpoint (fauxqs, LocalStack, a real

@@ -1,5 +1,5 @@
-import { ConfigError } from '../../functions/cleanup/errors.ts';
-import { redactUrl } from '../../functions/platform/config.ts';
+import { redactUrl } from '../../functions/adapters/config.ts';
+import { ConfigError } from '../../functions/adapters/errors.ts';
 import { startStack } from './stack.ts';
 
 /**

@@ -1,21 +1,21 @@
 import { mkdir } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import type { SQSClient } from '@aws-sdk/client-sqs';
-import { createFenceCheckHandler } from '../../functions/fence-check/handler.ts';
-import { createFinalizeHandler } from '../../functions/finalize/handler.ts';
-import type { CleanupConfig } from '../../functions/platform/config.ts';
-import { loadConfig } from '../../functions/platform/config.ts';
-import { type Database, openDatabase } from '../../functions/platform/database.ts';
-import { createProvider } from '../../functions/platform/dependencies.ts';
-import { withObservability } from '../../functions/platform/lambda.ts';
-import { createTelemetry, type Telemetry } from '../../functions/platform/observability.ts';
+import type { CleanupConfig } from '../../functions/adapters/config.ts';
+import { loadConfig } from '../../functions/adapters/config.ts';
+import { type Database, openDatabase } from '../../functions/adapters/database.ts';
+import { createProvider } from '../../functions/adapters/dependencies.ts';
+import { withObservability } from '../../functions/adapters/lambda.ts';
+import { createTelemetry, type Telemetry } from '../../functions/adapters/observability.ts';
 import {
   createQueues,
   createSqsClient,
   FUNCTION_DEFINITIONS,
   QueueName,
   type Queues,
-} from '../../functions/platform/queues.ts';
+} from '../../functions/adapters/queues.ts';
+import { createFenceCheckHandler } from '../../functions/fence-check/handler.ts';
+import { createFinalizeHandler } from '../../functions/finalize/handler.ts';
 import { createReleaseHandler } from '../../functions/release/handler.ts';
 import { createSweeperHandler } from '../../functions/sweeper/handler.ts';
 import type { SweepResult } from '../../functions/sweeper/sweep.ts';

@@ -1,6 +1,6 @@
 import { Console } from 'node:console';
 import { parseArgs } from 'node:util';
-import { ErrorCode } from '../../functions/cleanup/errors.ts';
+import { InfrastructureErrorCode } from '../../functions/adapters/errors.ts';
 import type { Command, CommandInput, CommandOutput } from './command.ts';
 import { COMMANDS } from './commands/index.ts';
 import { createOpsContext, type OpsContext } from './context.ts';
@@ -101,11 +101,11 @@ function routeDiagnosticsToStderr(): void {
 
 function failureLine(commandName: string, failure: Failure, context: OpsContext | undefined): string {
   // A bad value: exactly ConfigError's one line (variable, value, rule), as every entry point prints it.
-  if (failure.code === ErrorCode.CONFIG_INVALID) return failure.message;
+  if (failure.code === InfrastructureErrorCode.CONFIG_INVALID) return failure.message;
   const where =
-    failure.code === ErrorCode.DATABASE_UNAVAILABLE && context
+    failure.code === InfrastructureErrorCode.DATABASE_UNAVAILABLE && context
       ? ` (database: ${context.describe.database})`
-      : failure.code === ErrorCode.QUEUE_UNAVAILABLE && context
+      : failure.code === InfrastructureErrorCode.QUEUE_UNAVAILABLE && context
         ? ` (SQS: ${context.describe.sqs})`
         : '';
   return `ops ${commandName}: ${failure.message}${where} [${failure.code}]`;

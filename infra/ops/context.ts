@@ -1,13 +1,13 @@
-import { DatabaseUnavailableError } from '../../functions/cleanup/errors.ts';
-import { type CleanupConfig, loadConfig, redactUrl } from '../../functions/platform/config.ts';
+import { type CleanupConfig, loadConfig, redactUrl } from '../../functions/adapters/config.ts';
 import {
   closeInProcessBridge,
   type Database,
   type Executor,
   openDatabase,
-} from '../../functions/platform/database.ts';
-import { createTelemetry, type Telemetry } from '../../functions/platform/observability.ts';
-import { createQueues, type Queues } from '../../functions/platform/queues.ts';
+} from '../../functions/adapters/database.ts';
+import { DatabaseUnavailableError } from '../../functions/adapters/errors.ts';
+import { createTelemetry, type Telemetry } from '../../functions/adapters/observability.ts';
+import { createQueues, type Queues } from '../../functions/adapters/queues.ts';
 import { SchemaNotMigratedError } from './errors.ts';
 
 /**

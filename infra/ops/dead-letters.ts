@@ -5,19 +5,19 @@ import {
   type Message,
   ReceiveMessageCommand,
 } from '@aws-sdk/client-sqs';
-import { QueueUnavailableError } from '../../functions/cleanup/errors.ts';
+import { QueueUnavailableError } from '../../functions/adapters/errors.ts';
 import {
   deadLetterQueueName,
   QUEUE_DEFINITIONS,
   type QueueName,
   type Queues,
-} from '../../functions/platform/queues.ts';
+} from '../../functions/adapters/queues.ts';
 import { UsageError } from './errors.ts';
 
 /**
  * Reading dead-letter queues without taking anything from them, and the few raw SQS calls the
  * CLI needs beyond what the functions' `Queues` offers. Dead letters carry their reason as message
- * attributes (set by functions/platform/batch.ts): `reason`, `errorCode`, `sourceQueue`,
+ * attributes (set by functions/adapters/batch.ts): `reason`, `errorCode`, `sourceQueue`,
  * `sourceMessageId`, `receiveCount`, `deadLetteredAt`.
  */
 

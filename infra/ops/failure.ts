@@ -1,5 +1,6 @@
+import { InfrastructureErrorCode } from '../../functions/adapters/errors.ts';
+import { redactSecrets } from '../../functions/adapters/redact.ts';
 import { ErrorCode, isCleanupError } from '../../functions/cleanup/errors.ts';
-import { redactSecrets } from '../../functions/platform/redact.ts';
 import { isOpsError } from './errors.ts';
 import { ExitCode } from './exit-codes.ts';
 
@@ -7,17 +8,17 @@ import { ExitCode } from './exit-codes.ts';
  * Every error a command can end with, mapped to a stable code, one line for people (secrets
  * redacted: connection errors may quote a URL) and the exit code scripts branch on.
  */
-const EXIT_CODE_OF_CLEANUP_ERROR: Partial<Record<ErrorCode, ExitCode>> = {
-  [ErrorCode.CONFIG_INVALID]: ExitCode.USAGE,
+const EXIT_CODE_OF_CLEANUP_ERROR: Partial<Record<string, ExitCode>> = {
+  [InfrastructureErrorCode.CONFIG_INVALID]: ExitCode.USAGE,
   [ErrorCode.REASON_INVALID]: ExitCode.USAGE,
   [ErrorCode.RUN_NOT_FOUND]: ExitCode.REFUSED,
   [ErrorCode.RUN_NOT_ROOT]: ExitCode.REFUSED,
   [ErrorCode.FENCE_NOT_PENDING]: ExitCode.REFUSED,
   [ErrorCode.RUN_NOT_TERMINAL]: ExitCode.REFUSED,
   [ErrorCode.SCOPE_ACTIVE]: ExitCode.REFUSED,
-  [ErrorCode.DATABASE_UNAVAILABLE]: ExitCode.UNREACHABLE,
-  [ErrorCode.QUEUE_UNAVAILABLE]: ExitCode.UNREACHABLE,
-  [ErrorCode.DATABASE_LOCK_TIMEOUT]: ExitCode.BUSY,
+  [InfrastructureErrorCode.DATABASE_UNAVAILABLE]: ExitCode.UNREACHABLE,
+  [InfrastructureErrorCode.QUEUE_UNAVAILABLE]: ExitCode.UNREACHABLE,
+  [InfrastructureErrorCode.DATABASE_LOCK_TIMEOUT]: ExitCode.BUSY,
 };
 
 export interface Failure {

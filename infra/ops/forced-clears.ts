@@ -1,4 +1,4 @@
-import type { Executor } from '../../functions/platform/database.ts';
+import type { Executor } from '../../functions/adapters/database.ts';
 import { isoTime, orDash, renderTable } from './format.ts';
 
 /**

@@ -1,4 +1,4 @@
-import { postgresTimestampMs } from '../../functions/platform/publish.ts';
+import { postgresTimestampMs } from '../../functions/adapters/publish.ts';
 
 /**
  * Rendering helpers for the human output: aligned tables, ages, timestamps. JSON output never

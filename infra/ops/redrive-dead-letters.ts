@@ -5,7 +5,7 @@ import {
   QUEUE_DEFINITIONS,
   type QueueName,
   type Queues,
-} from '../../functions/platform/queues.ts';
+} from '../../functions/adapters/queues.ts';
 import {
   callSqs,
   deleteMessage,

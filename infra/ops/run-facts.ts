@@ -1,8 +1,8 @@
+import type { Executor } from '../../functions/adapters/database.ts';
+import type { Queues } from '../../functions/adapters/queues.ts';
 import { RunNotFoundError } from '../../functions/cleanup/errors.ts';
 import { isTerminalStatus } from '../../functions/cleanup/inspect-run.ts';
 import { RunType, TERMINAL_RUN_STATUSES } from '../../functions/cleanup/types.ts';
-import type { Executor } from '../../functions/platform/database.ts';
-import type { Queues } from '../../functions/platform/queues.ts';
 import { CONSUMED_QUEUES, type DeadLetter, peekDeadLetters } from './dead-letters.ts';
 import { type ForcedClear, listForcedClears } from './forced-clears.ts';
 import { isoTime } from './format.ts';

@@ -14,7 +14,7 @@ const ALARM_TOPIC_LOGICAL_ID = 'AlarmTopic';
 
 /**
  * How the sweeper emits its stored metrics (functions/sweeper/handler.ts through
- * platform/observability.ts): the default dimensions `service`, `stage` and `function`, with
+ * adapters/observability.ts): the default dimensions `service`, `stage` and `function`, with
  * `function` = the name it passes to dependenciesFromEnvironment. An alarm on a metric must name
  * the exact dimension set, or it watches a series nobody writes and stays green forever; the
  * template test runs the bundled sweeper and compares.

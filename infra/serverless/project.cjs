@@ -3,8 +3,8 @@
 /**
  * The facts the deployment is generated from, read from the project's own single sources rather
  * than copied: queue and function settings from `infra/queues.json` (through queues.ts, which
- * also owns the DLQ naming rule), metric names from `functions/platform/metric-names.ts`,
- * configuration defaults and rules from `functions/platform/config.ts`. A copy would drift; a
+ * also owns the DLQ naming rule), metric names from `functions/adapters/metric-names.ts`,
+ * configuration defaults and rules from `functions/adapters/config.ts`. A copy would drift; a
  * renamed metric would then leave an alarm watching nothing, silently green forever.
  *
  * osls loads these files with `require`; the TypeScript modules are ESM (some dependencies are
@@ -38,12 +38,12 @@ let cached;
 function loadProjectFacts() {
   loading ??= (async () => {
     const [config, metrics, queues, observability, release, backoff] = await Promise.all([
-      load('functions/platform/config.ts'),
-      load('functions/platform/metric-names.ts'),
-      load('functions/platform/queues.ts'),
-      load('functions/platform/observability.ts'),
+      load('functions/adapters/config.ts'),
+      load('functions/adapters/metric-names.ts'),
+      load('functions/adapters/queues.ts'),
+      load('functions/adapters/observability.ts'),
       load('functions/release/handler.ts'),
-      load('functions/platform/backoff.ts'),
+      load('functions/adapters/backoff.ts'),
     ]);
     cached = {
       CONFIG_DEFAULTS: config.CONFIG_DEFAULTS,

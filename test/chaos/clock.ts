@@ -1,4 +1,4 @@
-import type { Executor } from '../../functions/platform/database.ts';
+import type { Executor } from '../../functions/adapters/database.ts';
 
 /**
  * Two clocks meet in the invariants: the provisioner's audit (this process,

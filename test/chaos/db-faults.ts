@@ -1,4 +1,4 @@
-import type { Database } from '../../functions/platform/database.ts';
+import type { Database } from '../../functions/adapters/database.ts';
 import { FaultKind } from './plan.ts';
 import type { Rng } from './random.ts';
 

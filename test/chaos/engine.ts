@@ -1,10 +1,10 @@
 import { cpus, totalmem } from 'node:os';
 import type { Message } from '@aws-sdk/client-sqs';
 import fc from 'fast-check';
-import { type Database, openDatabase } from '../../functions/platform/database.ts';
-import type { ReleaseCommand } from '../../functions/platform/messages.ts';
-import { postgresTimestampMs } from '../../functions/platform/publish.ts';
-import { createQueues, deadLetterQueueName } from '../../functions/platform/queues.ts';
+import { type Database, openDatabase } from '../../functions/adapters/database.ts';
+import type { ReleaseCommand } from '../../functions/adapters/messages.ts';
+import { postgresTimestampMs } from '../../functions/adapters/publish.ts';
+import { createQueues, deadLetterQueueName } from '../../functions/adapters/queues.ts';
 import { PlatformSimulator } from '../../infra/local/platform.ts';
 import type { AuditEntry } from '../../infra/local/provisioner/server.ts';
 import { type Stack, startStack } from '../../infra/local/stack.ts';

@@ -1,11 +1,11 @@
 import fc from 'fast-check';
-import { assertSafeSandboxId } from '../../functions/cleanup/provisioner-client.ts';
 import {
   FinalizeCommand,
   parseMessage,
   ReleaseCommand,
   RunFinishedMessage,
-} from '../../functions/platform/messages.ts';
+} from '../../functions/adapters/messages.ts';
+import { assertSafeSandboxId } from '../../functions/adapters/provisioner-client.ts';
 import type { ConsumedQueue } from './plan.ts';
 
 /**

@@ -1,4 +1,4 @@
-import type { Executor } from '../../functions/platform/database.ts';
+import type { Executor } from '../../functions/adapters/database.ts';
 
 /**
  * The chaos suite's own instrumentation in its own database: AFTER triggers that append every

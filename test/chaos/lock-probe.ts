@@ -1,5 +1,5 @@
+import { type Database, SQLSTATE } from '../../functions/adapters/database.ts';
 import { isCleanupError } from '../../functions/cleanup/errors.ts';
-import { type Database, SQLSTATE } from '../../functions/platform/database.ts';
 
 /**
  * Invariant 3's probe: while a provisioner DELETE is in flight (the provisioner awaits this

@@ -5,7 +5,7 @@ import {
   ReceiveMessageCommand,
   type SQSClient,
 } from '@aws-sdk/client-sqs';
-import type { Queues, SendOptions } from '../../functions/platform/queues.ts';
+import type { Queues, SendOptions } from '../../functions/adapters/queues.ts';
 import type { AckInvocation } from '../../infra/local/event-source.ts';
 import { preciseNow } from './clock.ts';
 import { type ConsumerFunction, FaultKind } from './plan.ts';

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { Database } from '../../functions/platform/database.ts';
+import type { Database } from '../../functions/adapters/database.ts';
 import type { PlatformSimulator, ScopeRef } from '../../infra/local/platform.ts';
 import type { ScopeKey } from './lock-probe.ts';
 

@@ -1,12 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openDatabase } from '../../functions/adapters/database.ts';
+import { parseMessage, ReleaseCommand, RunFinishedMessage } from '../../functions/adapters/messages.ts';
+import { assertSafeSandboxId } from '../../functions/adapters/provisioner-client.ts';
 import { InvalidMessageError, RunNotFoundError } from '../../functions/cleanup/errors.ts';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { finalize } from '../../functions/cleanup/finalize.ts';
-import { assertSafeSandboxId } from '../../functions/cleanup/provisioner-client.ts';
 import { checkReleaseStillWanted } from '../../functions/cleanup/release-guard.ts';
 import { FenceCheckOutcome, FinalizeOutcome } from '../../functions/cleanup/types.ts';
-import { openDatabase } from '../../functions/platform/database.ts';
-import { parseMessage, ReleaseCommand, RunFinishedMessage } from '../../functions/platform/messages.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 import { fenceOf, finishedRootRun, upsertSandbox } from '../support/factories.ts';
 import { eventually } from '../support/stack.ts';

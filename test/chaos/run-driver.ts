@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import type { Database } from '../../functions/platform/database.ts';
-import type { Queues } from '../../functions/platform/queues.ts';
+import type { Database } from '../../functions/adapters/database.ts';
+import type { Queues } from '../../functions/adapters/queues.ts';
 import type { AdmittedRun, PlatformSimulator } from '../../infra/local/platform.ts';
 import type { LocalProvisioner } from '../../infra/local/provisioner/server.ts';
 import { preciseNow } from './clock.ts';

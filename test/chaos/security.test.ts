@@ -1,7 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ProvisionerClient } from '../../functions/cleanup/provisioner-client.ts';
+import { ProvisionerClient } from '../../functions/adapters/provisioner-client.ts';
 import { ReleaseOutcome } from '../../functions/cleanup/types.ts';
 import { builtSqlIn, REVIEWED_EXCEPTIONS, scanFunctionsForBuiltSql } from './sql-scan.ts';
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { announceRunFinished } from '../../functions/platform/publish.ts';
-import { QueueName } from '../../functions/platform/queues.ts';
+import { announceRunFinished } from '../../functions/adapters/publish.ts';
+import { QueueName } from '../../functions/adapters/queues.ts';
 import { fenceOf } from '../support/factories.ts';
 import { useStackFixture } from '../support/fixtures.ts';
 import { eventually } from '../support/stack.ts';

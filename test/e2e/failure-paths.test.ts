@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
+import { announceRunFinished, publishFinalize } from '../../functions/adapters/publish.ts';
+import { QueueName } from '../../functions/adapters/queues.ts';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { FenceCheckOutcome } from '../../functions/cleanup/types.ts';
-import { announceRunFinished, publishFinalize } from '../../functions/platform/publish.ts';
-import { QueueName } from '../../functions/platform/queues.ts';
 import type { AdmittedRun } from '../../infra/local/platform.ts';
 import { fenceOf } from '../support/factories.ts';
 import { useStackFixture } from '../support/fixtures.ts';

@@ -1,9 +1,9 @@
 import { beforeAll, describe, expect, it } from 'vitest';
+import type { Database } from '../../functions/adapters/database.ts';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { finalize } from '../../functions/cleanup/finalize.ts';
 import { release } from '../../functions/cleanup/release.ts';
 import { FinalizeOutcome, ReleaseOutcome } from '../../functions/cleanup/types.ts';
-import type { Database } from '../../functions/platform/database.ts';
 import { fenceOf } from '../support/factories.ts';
 import { useProvisionerFixture } from '../support/fixtures.ts';
 import {

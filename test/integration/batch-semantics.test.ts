@@ -1,13 +1,13 @@
 import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import type { Context, SQSEvent } from 'aws-lambda';
 import { describe, expect, it } from 'vitest';
+import { loadConfig } from '../../functions/adapters/config.ts';
+import { createProvider } from '../../functions/adapters/dependencies.ts';
+import { createTelemetry } from '../../functions/adapters/observability.ts';
+import { deadLetterQueueName, QueueName } from '../../functions/adapters/queues.ts';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { FenceCheckOutcome } from '../../functions/cleanup/types.ts';
 import { createFenceCheckHandler } from '../../functions/fence-check/handler.ts';
-import { loadConfig } from '../../functions/platform/config.ts';
-import { createProvider } from '../../functions/platform/dependencies.ts';
-import { createTelemetry } from '../../functions/platform/observability.ts';
-import { deadLetterQueueName, QueueName } from '../../functions/platform/queues.ts';
 import { createReleaseHandler } from '../../functions/release/handler.ts';
 import { createTestDatabase } from '../support/database.ts';
 import { finishedRootRun, insertOtherRun } from '../support/factories.ts';

@@ -1,5 +1,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { DatabaseLockTimeoutError, ErrorCode, RunNotFoundError } from '../../functions/cleanup/errors.ts';
+import type { Database } from '../../functions/adapters/database.ts';
+import { DatabaseLockTimeoutError, InfrastructureErrorCode } from '../../functions/adapters/errors.ts';
+import { ErrorCode, RunNotFoundError } from '../../functions/cleanup/errors.ts';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { finalize } from '../../functions/cleanup/finalize.ts';
 import {
@@ -8,7 +10,6 @@ import {
   FenceCheckOutcome,
   FinalizeOutcome,
 } from '../../functions/cleanup/types.ts';
-import type { Database } from '../../functions/platform/database.ts';
 import { fenceOf, finishedRootRun, insertOtherRun, type Scenario } from '../support/factories.ts';
 import { useDatabaseFixture } from '../support/fixtures.ts';
 import { pausingDatabase, rejectionOf, releaseNeeded } from '../support/probes.ts';
@@ -163,7 +164,7 @@ describe('phase 3: finalize', () => {
     await holding;
 
     expect(error).toBeInstanceOf(DatabaseLockTimeoutError);
-    expect(error).toMatchObject({ code: ErrorCode.DATABASE_LOCK_TIMEOUT, retryable: true });
+    expect(error).toMatchObject({ code: InfrastructureErrorCode.DATABASE_LOCK_TIMEOUT, retryable: true });
     expect(await fenceOf(fixture.t.db, s.rootRunId)).toBe(true);
     expect((await finalize(impatient, identity)).outcome).toBe(FinalizeOutcome.CLEARED);
   });

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { InfrastructureErrorCode } from '../../functions/adapters/errors.ts';
 import { ErrorCode } from '../../functions/cleanup/errors.ts';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { finalize } from '../../functions/cleanup/finalize.ts';
@@ -191,7 +192,7 @@ describe('forceClear', () => {
       const lock = await holdScopeAdvisoryLock(fixture.t.db, s);
       try {
         await expect(forceClear(impatient, request(s.rootRunId))).rejects.toMatchObject({
-          code: ErrorCode.DATABASE_LOCK_TIMEOUT,
+          code: InfrastructureErrorCode.DATABASE_LOCK_TIMEOUT,
         });
         expect(await stateOf(s)).toEqual(UNTOUCHED);
       } finally {

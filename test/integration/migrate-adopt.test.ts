@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { type Database, openDatabase } from '../../functions/platform/database.ts';
+import { type Database, openDatabase } from '../../functions/adapters/database.ts';
 import { loadMigrations, migrate } from '../../infra/migrate.ts';
 
 /**

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { type Database, openDatabase } from '../../functions/platform/database.ts';
+import { type Database, openDatabase } from '../../functions/adapters/database.ts';
 import { loadMigrations, type Migration, migrate } from '../../infra/migrate.ts';
 import { insertConversation, insertRun } from '../support/factories.ts';
 import { rejectionOf } from '../support/probes.ts';

@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { MAX_RESPONSE_BODY_BYTES, ProvisionerClient } from '../../functions/adapters/provisioner-client.ts';
 import {
   CleanupTimeoutError,
   ErrorCode,
@@ -12,7 +13,6 @@ import {
   ProvisionerRejectedError,
   ProvisionerUnavailableError,
 } from '../../functions/cleanup/errors.ts';
-import { MAX_RESPONSE_BODY_BYTES, ProvisionerClient } from '../../functions/cleanup/provisioner-client.ts';
 import { ReleaseOutcome } from '../../functions/cleanup/types.ts';
 import { useLocalProvisionerFixture } from '../support/fixtures.ts';
 import { createSandboxAt, deletesOf, rejectionOf } from '../support/probes.ts';

@@ -3,13 +3,13 @@ import { isBuiltin } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CONFIG_DEFAULTS } from '../../functions/platform/config.ts';
-import { METRICS_NAMESPACE, MetricName } from '../../functions/platform/metric-names.ts';
+import { CONFIG_DEFAULTS } from '../../functions/adapters/config.ts';
+import { METRICS_NAMESPACE, MetricName } from '../../functions/adapters/metric-names.ts';
 import {
   deadLetterQueueName,
   FUNCTION_DEFINITIONS,
   QUEUE_DEFINITIONS,
-} from '../../functions/platform/queues.ts';
+} from '../../functions/adapters/queues.ts';
 import { PUBLISH_MARGIN_MS } from '../../functions/release/handler.ts';
 import { type ChildRun, runChild } from '../support/child-process.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';

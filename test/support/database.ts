@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { inject } from 'vitest';
-import { type Database, openDatabase } from '../../functions/platform/database.ts';
+import { type Database, openDatabase } from '../../functions/adapters/database.ts';
 
 export interface TestDatabase {
   url: string;

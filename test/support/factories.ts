@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { Executor } from '../../functions/platform/database.ts';
+import type { Executor } from '../../functions/adapters/database.ts';
 
 /**
  * Record factories: rows written the way the platform writes them, with only the contract's

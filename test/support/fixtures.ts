@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import { afterAll, afterEach, beforeAll } from 'vitest';
-import { createQueues, createSqsClient, type Queues } from '../../functions/platform/queues.ts';
+import { createQueues, createSqsClient, type Queues } from '../../functions/adapters/queues.ts';
 import { type LocalProvisioner, startProvisioner } from '../../infra/local/provisioner/server.ts';
 import { createQueues as createQueuesOnEndpoint } from '../../infra/local/queue-setup.ts';
 import { createTestDatabase, type TestDatabase } from './database.ts';

@@ -1,13 +1,13 @@
 import { access } from 'node:fs/promises';
 import { expect } from 'vitest';
-import { ProvisionerClient } from '../../functions/cleanup/provisioner-client.ts';
+import { type Database, type Executor, SQLSTATE } from '../../functions/adapters/database.ts';
+import { ProvisionerClient } from '../../functions/adapters/provisioner-client.ts';
 import { SandboxProvider } from '../../functions/cleanup/sandbox-provider.ts';
 import {
   type CleanupIdentity,
   FenceCheckOutcome,
   type FenceCheckResult,
 } from '../../functions/cleanup/types.ts';
-import { type Database, type Executor, SQLSTATE } from '../../functions/platform/database.ts';
 import type { AuditEntry, LocalProvisioner } from '../../infra/local/provisioner/server.ts';
 import { finishedRootRun, type Scenario, upsertSandbox } from './factories.ts';
 

@@ -7,7 +7,7 @@ import {
   PurgeQueueCommand,
   ReceiveMessageCommand,
 } from '@aws-sdk/client-sqs';
-import { deadLetterQueueName } from '../../functions/platform/queues.ts';
+import { deadLetterQueueName } from '../../functions/adapters/queues.ts';
 import { PlatformSimulator } from '../../infra/local/platform.ts';
 import { type Stack, type StackOptions, startStack } from '../../infra/local/stack.ts';
 import type { TestDatabase } from './database.ts';

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { backoffSeconds } from '../../functions/platform/backoff.ts';
+import { backoffSeconds } from '../../functions/adapters/backoff.ts';
 
 /**
  * Exponential backoff with equal jitter: attempt n waits between half and all of

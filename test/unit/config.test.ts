@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { ConfigError, ErrorCode } from '../../functions/cleanup/errors.ts';
-import { loadConfig, requireDeploymentValues } from '../../functions/platform/config.ts';
+import { loadConfig, requireDeploymentValues } from '../../functions/adapters/config.ts';
+import { ConfigError, InfrastructureErrorCode } from '../../functions/adapters/errors.ts';
 
 /**
  * Configuration (contract §4): every variable's default, and for every rule a bad value that
@@ -96,7 +96,7 @@ describe('rules: a bad value is refused with one line naming the variable, the v
   it.each(cases)('refuses $variable=$value', ({ variable, value }) => {
     const error = configErrorOf({ [variable]: value });
 
-    expect(error.code).toBe(ErrorCode.CONFIG_INVALID);
+    expect(error.code).toBe(InfrastructureErrorCode.CONFIG_INVALID);
     expect(error.retryable).toBe(false);
     expect(error.variable).toBe(variable);
     expect(error.message).not.toContain('\n');

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { lambdaEntry } from '../../functions/platform/lambda.ts';
-import { createTelemetry } from '../../functions/platform/observability.ts';
+import { lambdaEntry } from '../../functions/adapters/lambda.ts';
+import { createTelemetry } from '../../functions/adapters/observability.ts';
 import { localLambdaContext } from '../../infra/local/event-source.ts';
 
 describe('the deployed entry point', () => {

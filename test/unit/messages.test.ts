@@ -1,12 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { ErrorCode, InvalidMessageError } from '../../functions/cleanup/errors.ts';
 import {
   FinalizeCommand,
   parseMessage,
   ReleaseCommand,
   RunFinishedMessage,
   RuntimeCleanedEvent,
-} from '../../functions/platform/messages.ts';
+} from '../../functions/adapters/messages.ts';
+import { ErrorCode, InvalidMessageError } from '../../functions/cleanup/errors.ts';
 
 /**
  * Queue bodies are untrusted. Whatever arrives either parses into the schema's type or fails

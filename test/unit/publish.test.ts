@@ -3,7 +3,7 @@ import {
   deliveryDeduplicationId,
   postgresTimestampMs,
   releaseGroupId,
-} from '../../functions/platform/publish.ts';
+} from '../../functions/adapters/publish.ts';
 
 describe('release message group', () => {
   it('is the contract group <uid>:<runtime_scope_id> when SQS accepts it', () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { redactSecrets } from '../../functions/platform/redact.ts';
+import { redactSecrets } from '../../functions/adapters/redact.ts';
 
 /** Free text (error messages, dead-letter reasons) loses its credentials and keeps the rest. */
 describe('redactSecrets', () => {

@@ -4,7 +4,7 @@ import {
   type BatchOutcome,
   createSendBatcher,
   MAX_BATCH_BYTES,
-} from '../../functions/platform/send-batcher.ts';
+} from '../../functions/adapters/send-batcher.ts';
 
 /** A recording stand-in for SendMessageBatch: the batcher's own logic is what is under test. */
 function recorder(fail: (entry: BatchEntry) => boolean = () => false) {

@@ -1,5 +1,5 @@
 import { join } from 'node:path';
-import { type Database, openDatabase } from '../../../functions/platform/database.ts';
+import { type Database, openDatabase } from '../../../functions/adapters/database.ts';
 import { PostgresInUseError, startEmbeddedPostgres } from '../embedded-postgres.ts';
 
 /**

@@ -1,4 +1,4 @@
-import type { CleanupConfig } from '../../../functions/platform/config.ts';
+import type { CleanupConfig } from '../../../functions/adapters/config.ts';
 
 /**
  * The demo's defaults for the timeouts and retry delays. The deployed defaults (a 120 s delete

@@ -1,4 +1,4 @@
-import { MetricName } from '../../../functions/platform/metric-names.ts';
+import { MetricName } from '../../../functions/adapters/metric-names.ts';
 import { type DemoModel, hungWindows, longestLeaseWaitWhileHung, quantile } from './model.ts';
 import type { GroundTruth } from './verify.ts';
 

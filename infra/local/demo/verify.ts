@@ -1,12 +1,12 @@
 import { existsSync } from 'node:fs';
 import { readdir } from 'node:fs/promises';
 import { GetQueueAttributesCommand, type SQSClient } from '@aws-sdk/client-sqs';
-import type { Executor } from '../../../functions/platform/database.ts';
+import type { Executor } from '../../../functions/adapters/database.ts';
 import {
   deadLetterQueueName,
   QUEUE_DEFINITIONS,
   type QueueName,
-} from '../../../functions/platform/queues.ts';
+} from '../../../functions/adapters/queues.ts';
 import { isProcessAlive, type LocalProvisioner } from '../provisioner/server.ts';
 import type { CreatedQueue } from '../queue-setup.ts';
 import type { SandboxRecord } from './workload.ts';

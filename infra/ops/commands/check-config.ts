@@ -1,6 +1,6 @@
-import { ConfigError } from '../../../functions/cleanup/errors.ts';
-import { type CleanupConfig, type CONFIG_DEFAULTS, redactUrl } from '../../../functions/platform/config.ts';
-import { FUNCTION_DEFINITIONS, QUEUE_DEFINITIONS } from '../../../functions/platform/queues.ts';
+import { type CleanupConfig, type CONFIG_DEFAULTS, redactUrl } from '../../../functions/adapters/config.ts';
+import { ConfigError } from '../../../functions/adapters/errors.ts';
+import { FUNCTION_DEFINITIONS, QUEUE_DEFINITIONS } from '../../../functions/adapters/queues.ts';
 import type { Command } from '../command.ts';
 import { DEFAULT_DATABASE_URL, type Env } from '../context.ts';
 import { renderTable } from '../format.ts';

@@ -1,4 +1,4 @@
-import { deadLetterQueueName, type QueueName } from '../../../functions/platform/queues.ts';
+import { deadLetterQueueName, type QueueName } from '../../../functions/adapters/queues.ts';
 import type { Command } from '../command.ts';
 import {
   CONSUMED_QUEUES,

@@ -1,4 +1,4 @@
-import type { Executor } from '../../../functions/platform/database.ts';
+import type { Executor } from '../../../functions/adapters/database.ts';
 import { type Command, type CommandInput, limitOption } from '../command.ts';
 import { listForcedClears, renderForcedClears } from '../forced-clears.ts';
 import { formatAge, isoTime, orDash, plural, renderTable } from '../format.ts';

@@ -1,9 +1,9 @@
 import { userInfo } from 'node:os';
+import { redactUrl } from '../../../functions/adapters/config.ts';
+import { MetricName } from '../../../functions/adapters/metric-names.ts';
+import { publishCleaned } from '../../../functions/adapters/publish.ts';
+import { QueueName } from '../../../functions/adapters/queues.ts';
 import { type ForceClearPlan, forceClear } from '../../../functions/cleanup/force-clear.ts';
-import { redactUrl } from '../../../functions/platform/config.ts';
-import { MetricName } from '../../../functions/platform/metric-names.ts';
-import { publishCleaned } from '../../../functions/platform/publish.ts';
-import { QueueName } from '../../../functions/platform/queues.ts';
 import { type Command, stringOption } from '../command.ts';
 import type { OpsContext } from '../context.ts';
 import { UsageError } from '../errors.ts';

@@ -1,7 +1,7 @@
+import { announceRunFinished } from '../../../functions/adapters/publish.ts';
+import { QueueName } from '../../../functions/adapters/queues.ts';
 import { ErrorCode, OperationRefusedError, RunNotFoundError } from '../../../functions/cleanup/errors.ts';
 import { RunType } from '../../../functions/cleanup/types.ts';
-import { announceRunFinished } from '../../../functions/platform/publish.ts';
-import { QueueName } from '../../../functions/platform/queues.ts';
 import type { Command } from '../command.ts';
 
 /**

@@ -7,7 +7,7 @@ import {
   SQSClient,
 } from '@aws-sdk/client-sqs';
 import definitions from '../../infra/queues.json' with { type: 'json' };
-import { QueueUnavailableError } from '../cleanup/errors.ts';
+import { QueueUnavailableError } from './errors.ts';
 import { type BatchEntry, type BatchOutcome, createSendBatcher } from './send-batcher.ts';
 
 /**

@@ -1,7 +1,11 @@
 import { neonConfig, Pool, type PoolClient } from '@neondatabase/serverless';
 import { WebSocket } from 'ws';
-import { DatabaseLockTimeoutError, DatabaseUnavailableError, isCleanupError } from '../cleanup/errors.ts';
+import { isCleanupError } from '../cleanup/errors.ts';
+import type { Database, Executor } from '../cleanup/executor.ts';
 import { redactUrl } from './config.ts';
+import { DatabaseLockTimeoutError, DatabaseUnavailableError } from './errors.ts';
+
+export type { Database, Executor };
 
 /**
  * Database access through the production driver, `@neondatabase/serverless`'s `Pool` over
@@ -12,28 +16,6 @@ import { redactUrl } from './config.ts';
  * stands in: `DATABASE_WS_PROXY=127.0.0.1:<port>`, or, for a loopback `DATABASE_URL` with no
  * proxy configured, one started in-process on first use.
  */
-
-/** The narrow seam every data function takes, so it runs inside or outside a caller's transaction. */
-export interface Executor {
-  query<Row = Record<string, unknown>>(
-    text: string,
-    values?: readonly unknown[],
-  ): Promise<{ rows: Row[]; rowCount: number }>;
-}
-
-export interface Database extends Executor {
-  /**
-   * Runs `work` in one transaction with `lock_timeout` and `statement_timeout` set locally:
-   * commits on success, rolls back on any error, and discards a connection that broke. A
-   * transaction whose connection died (a stale socket after a Lambda freeze, a terminated
-   * backend) is run once more on a fresh connection, so `work` must be safe to repeat — every
-   * cleanup transaction is: it re-reads what it decides on under its locks.
-   */
-  withTransaction<T>(work: (tx: Executor) => Promise<T>): Promise<T>;
-  /** Round trips and transactions so far: the benchmarks report them per cleanup. */
-  readonly stats: { queries: number; transactions: number };
-  end(): Promise<void>;
-}
 
 export interface DatabaseOptions {
   url: string;

@@ -1,4 +1,4 @@
-import { ConfigError } from '../cleanup/errors.ts';
+import { ConfigError } from './errors.ts';
 
 /**
  * Configuration, parsed and validated once at cold start. The names, defaults and rules are the

@@ -9,8 +9,9 @@ import {
   ProvisionerDeleteTimeoutError,
   ProvisionerRejectedError,
   ProvisionerUnavailableError,
-} from './errors.ts';
-import { ReleaseOutcome } from './types.ts';
+} from '../cleanup/errors.ts';
+import type { DeleteSandboxRequest, SandboxDeleteClient } from '../cleanup/sandbox-provider.ts';
+import { ReleaseOutcome } from '../cleanup/types.ts';
 
 /**
  * The provisioner's `DELETE /api/sandboxes/{id}?generation=G` over undici, with the contract's
@@ -26,15 +27,6 @@ export const MAX_RESPONSE_BODY_BYTES = 64 * 1024;
 
 /** A stale kept-alive socket (e.g. after a Lambda freeze) fails with a reset on reuse. */
 const RESET_ERROR_CODES = new Set(['ECONNRESET', 'UND_ERR_SOCKET', 'EPIPE']);
-
-export interface DeleteSandboxRequest {
-  sandboxId: string;
-  generation: number;
-  /** Bounds this one HTTP exchange, headers and body. */
-  deleteTimeoutMs: number;
-  /** The caller's deadline (the whole release); aborting it really closes the request. */
-  signal?: AbortSignal;
-}
 
 /** Rejects ids that a URL parser could turn into a different path (dot segments, controls). */
 export function assertSafeSandboxId(sandboxId: string): void {
@@ -65,7 +57,7 @@ function hasControlCharacter(text: string): boolean {
   return false;
 }
 
-export class ProvisionerClient {
+export class ProvisionerClient implements SandboxDeleteClient {
   readonly #origin: string;
   readonly #basePath: string;
   readonly #dispatcher: Dispatcher;

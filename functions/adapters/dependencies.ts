@@ -1,8 +1,8 @@
-import { ProvisionerClient } from '../cleanup/provisioner-client.ts';
 import { SandboxProvider } from '../cleanup/sandbox-provider.ts';
 import { type CleanupConfig, loadConfig, requireDeploymentValues } from './config.ts';
 import { type Database, openDatabase } from './database.ts';
 import { createTelemetry, type Telemetry } from './observability.ts';
+import { ProvisionerClient } from './provisioner-client.ts';
 import { createQueues, type Queues } from './queues.ts';
 
 /**

@@ -124,9 +124,12 @@ CREATE OR REPLACE FUNCTION runtime_cleanup_begin_release(
       RETURN;
     END IF;
 
+    -- The statuses are spelled out (not the `terminal` variable): a variable is a parameter, and
+    -- a cached generic plan could not then prove the partial index agent_runs_active_by_scope
+    -- applies; it would scan the table.
     SELECT a.id INTO active_id FROM agent_runs a
       WHERE a.uid = p_uid AND a.runtime_scope_id = p_runtime_scope_id AND a.id <> p_run_id
-        AND NOT (a.status = ANY (terminal))
+        AND a.status NOT IN ('completed', 'failed', 'cancelled', 'interrupted')
       ORDER BY a.id LIMIT 1;
     IF active_id IS NULL THEN
       WITH RECURSIVE descendants AS (

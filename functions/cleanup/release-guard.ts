@@ -234,16 +234,27 @@ export async function endRelease(
 }
 
 /**
+ * Connection failures that happen before a request can leave this process: nothing listening
+ * (refused), no address for the name, no route. A reset or a closed socket can come after the
+ * request was sent, so they are not here.
+ */
+const NEVER_CONNECTED = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH']);
+
+/**
  * Whether a failed release attempt is over as far as the provisioner is concerned, so its
- * in-flight record may end at once: the delete was never sent (the keyed lock timed out), or the
- * provisioner answered it with a 4xx or 409 (it decided, and did nothing more). Anything else (5xx,
- * which may come from a gateway whose upstream is still working; timeouts; lost connections; an
- * error nobody classified) may still be carried out by the provisioner later.
+ * in-flight record may end at once: the delete was never sent (the keyed lock timed out, or the
+ * connection could not even be made), or the provisioner answered it with a 4xx or 409 (it
+ * decided, and did nothing more). Anything else (5xx, which may come from a gateway whose upstream
+ * is still working; timeouts; resets; an error nobody classified) may still be carried out by the
+ * provisioner later.
  */
 export function deleteSettledBy(error: unknown): boolean {
   if (!isCleanupError(error)) return false;
   if (error.code === ErrorCode.RELEASE_LOCK_TIMEOUT || error.code === ErrorCode.GENERATION_ANOMALY)
     return true;
+  if (error.code === ErrorCode.PROVISIONER_CONNECTION) {
+    return NEVER_CONNECTED.has(String(error.details.errorCode));
+  }
   const status = error.details.status;
   return typeof status === 'number' && status < 500;
 }

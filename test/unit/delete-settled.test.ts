@@ -25,6 +25,8 @@ describe('deleteSettledBy', () => {
       'an answer outside the contract with a 2xx status',
       new ProvisionerBadResponseError('html', { status: 200 }),
     ],
+    ['a refused connection', new ProvisionerConnectionError('refused', { errorCode: 'ECONNREFUSED' })],
+    ['a name that does not resolve', new ProvisionerConnectionError('dns', { errorCode: 'ENOTFOUND' })],
   ])('settles %s', (_, error) => {
     expect(deleteSettledBy(error)).toBe(true);
   });
@@ -37,7 +39,11 @@ describe('deleteSettledBy', () => {
     ['a 503', new ProvisionerUnavailableError('503', { status: 503 })],
     ['the whole release deadline', new CleanupTimeoutError('deadline')],
     ['the delete timeout', new ProvisionerDeleteTimeoutError('timeout')],
-    ['a reset connection', new ProvisionerConnectionError('reset', { reset: true })],
+    ['a reset connection', new ProvisionerConnectionError('reset', { errorCode: 'ECONNRESET', reset: true })],
+    [
+      'a socket closed mid-request',
+      new ProvisionerConnectionError('closed', { errorCode: 'UND_ERR_SOCKET' }),
+    ],
     ['an error nobody classified', new Error('a bug')],
   ])('does not settle %s', (_, error) => {
     expect(deleteSettledBy(error)).toBe(false);

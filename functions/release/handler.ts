@@ -18,6 +18,7 @@ import {
   ReleaseGuard,
 } from '../cleanup/release-guard.ts';
 import type { SandboxProvider } from '../cleanup/sandbox-provider.ts';
+import type { ReleaseResult } from '../cleanup/types.ts';
 
 /**
  * Time kept back from the Lambda deadline for publishing the finalize command and reporting the
@@ -89,9 +90,25 @@ export function createReleaseHandler(
         }
         const { inFlight } = guard;
         const started = performance.now();
+        let result: ReleaseResult;
         try {
-          const result = await release(command, { provider, runtimeCleanupTimeoutMs: boundMs });
-          await settle(inFlight);
+          result = await release(command, { provider, runtimeCleanupTimeoutMs: boundMs });
+        } catch (error) {
+          countFailure(error);
+          // Ended without an answer: the provisioner may still carry the request out for its own
+          // delete time, so the scope stays quarantined that long (never longer than the record).
+          await settle(
+            inFlight,
+            deleteSettledBy(error)
+              ? undefined
+              : config.provisionerDeleteTimeoutSeconds + DELETE_IN_FLIGHT_MARGIN_SECONDS,
+          );
+          throw error;
+        }
+        // Answered: nothing of this attempt can act any more. Lowered before finalize is
+        // published, so the scope opens as soon as its fence clears.
+        await settle(inFlight);
+        try {
           telemetry.count(MetricName.RELEASE_SUCCEEDED, { outcome: result.outcome });
           telemetry.milliseconds(MetricName.RELEASE_DURATION, performance.now() - started);
           telemetry.milliseconds(MetricName.RELEASE_LOCK_WAIT, result.lockWaitMs);
@@ -103,15 +120,13 @@ export function createReleaseHandler(
             deleteMs: Math.round(result.deleteMs),
           });
         } catch (error) {
+          countFailure(error);
+          throw error;
+        }
+
+        function countFailure(error: unknown): void {
           const errorCode = error instanceof CleanupError ? error.code : 'UNEXPECTED';
           telemetry.count(MetricName.RELEASE_FAILED, { errorCode });
-          await settle(
-            inFlight,
-            deleteSettledBy(error)
-              ? undefined
-              : config.provisionerDeleteTimeoutSeconds + DELETE_IN_FLIGHT_MARGIN_SECONDS,
-          );
-          throw error;
         }
 
         /** Lowers the in-flight record; a failure only leaves it to expire at its deadline. */

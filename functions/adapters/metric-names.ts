@@ -10,7 +10,7 @@ export const MetricName = {
   RELEASE_SUCCEEDED: 'ReleaseSucceeded',
   /** Dimension `errorCode`. */
   RELEASE_FAILED: 'ReleaseFailed',
-  /** Dimension `reason`: fence_gone | scope_active — a release that found its delete no longer wanted. */
+  /** Dimension `reason`: fence_gone | scope_active | already_released — the guard found the delete no longer wanted. */
   RELEASE_SKIPPED: 'ReleaseSkipped',
   RELEASE_DURATION: 'ReleaseDuration',
   RELEASE_LOCK_WAIT: 'ReleaseLockWait',

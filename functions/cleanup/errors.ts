@@ -18,12 +18,19 @@ export const ErrorCode = {
   PROVISIONER_REJECTED: 'PROVISIONER_REJECTED',
   PROVISIONER_BAD_RESPONSE: 'PROVISIONER_BAD_RESPONSE',
   GENERATION_ANOMALY: 'GENERATION_ANOMALY',
+  // A release command refused by the release guard before any DELETE: it does not describe the
+  // cleanup the database knows (forged, or mismatched with the run it names).
+  RELEASE_SCOPE_MISMATCH: 'RELEASE_SCOPE_MISMATCH',
+  RELEASE_RUN_NOT_ROOT: 'RELEASE_RUN_NOT_ROOT',
+  RELEASE_RUN_NOT_TERMINAL: 'RELEASE_RUN_NOT_TERMINAL',
+  RELEASE_SANDBOX_MISMATCH: 'RELEASE_SANDBOX_MISMATCH',
   // Operator actions (force-clear, retry) refused; nothing was changed.
   REASON_INVALID: 'REASON_INVALID',
   RUN_NOT_ROOT: 'RUN_NOT_ROOT',
   FENCE_NOT_PENDING: 'FENCE_NOT_PENDING',
   RUN_NOT_TERMINAL: 'RUN_NOT_TERMINAL',
   SCOPE_ACTIVE: 'SCOPE_ACTIVE',
+  DELETE_IN_FLIGHT: 'DELETE_IN_FLIGHT',
 } as const;
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
 
@@ -106,12 +113,35 @@ export class GenerationAnomalyError extends CleanupError {
   readonly retryable = false;
 }
 
+export type ReleaseRefusalCode =
+  | typeof ErrorCode.RELEASE_SCOPE_MISMATCH
+  | typeof ErrorCode.RELEASE_RUN_NOT_ROOT
+  | typeof ErrorCode.RELEASE_RUN_NOT_TERMINAL
+  | typeof ErrorCode.RELEASE_SANDBOX_MISMATCH;
+
+/**
+ * A release command the release guard refused before any DELETE was sent: its uid, scope, sandbox
+ * or generation is not the cleanup the database knows for its run, or the run is not a terminal
+ * root run. Resending it cannot help: it is dead-lettered at once, with its own code.
+ */
+export class ReleaseRefusedError extends CleanupError {
+  readonly retryable = false;
+  constructor(
+    readonly code: ReleaseRefusalCode,
+    message: string,
+    details: Record<string, unknown> = {},
+  ) {
+    super(message, details);
+  }
+}
+
 export type OperationRefusalCode =
   | typeof ErrorCode.REASON_INVALID
   | typeof ErrorCode.RUN_NOT_ROOT
   | typeof ErrorCode.FENCE_NOT_PENDING
   | typeof ErrorCode.RUN_NOT_TERMINAL
-  | typeof ErrorCode.SCOPE_ACTIVE;
+  | typeof ErrorCode.SCOPE_ACTIVE
+  | typeof ErrorCode.DELETE_IN_FLIGHT;
 
 /**
  * An operator action (force-clear, retry) that the run's state does not allow. Checked under the

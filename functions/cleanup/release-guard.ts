@@ -1,47 +1,260 @@
-import { RunNotFoundError } from './errors.ts';
+import { randomUUID } from 'node:crypto';
+import {
+  ErrorCode,
+  isCleanupError,
+  type ReleaseRefusalCode,
+  ReleaseRefusedError,
+  RunNotFoundError,
+} from './errors.ts';
 import type { Executor } from './executor.ts';
-import { TERMINAL_RUN_STATUSES } from './types.ts';
 
 /**
- * Just before phase 2 deletes, one plain read (autocommit, no transaction left open, no lock
- * taken) that the delete is still wanted. The fence normally guarantees it, but a release message
- * can outlive its fence: a late duplicate, an operator's redrive after a forced clear, or a
- * delivery after the fence was cleared and the scope's sandbox handed to a new run *with the same
- * generation* (a provisioner that reuses a live sandbox). The generation guard cannot tell those
- * apart; the fence can. Phase 3 still re-checks everything under the locks.
+ * The release guard: just before phase 2 deletes, ONE statement (autocommit, one round trip)
+ * that takes the scope's advisory lock, checks everything the delete relies on, and, if the delete
+ * may go ahead, records on the scope's `sandbox_runtimes` row that a delete is in flight until a
+ * deadline. The statement is `runtime_cleanup_begin_release` (migration 004); the lock it takes
+ * ends with it, so no lock is held while the provisioner works.
+ *
+ * Why not a plain read: a read cannot serialise with the platform's admission. Between the read
+ * and the DELETE an operator's forced clear could drop the fence and the platform admit a new run
+ * that reuses the live sandbox (the platform's provisioner hands out the live container again, and
+ * its DELETE ignores the generation): the late DELETE then removed a running run's sandbox. Under
+ * the scope's advisory lock, admission and force-clear either happen before the guard (it then
+ * sees the active run or the missing fence and sends nothing) or after it (they then see the
+ * in-flight record: `runtime_cleanup_blocked` is true and force-clear refuses until the record
+ * ends).
+ *
+ * The record ends when the release lowers it (`endRelease`) or at its deadline, whichever comes
+ * first, so a release that crashed mid-delete quarantines its scope for a bounded time only.
  */
-const STILL_WANTED = `
-  SELECT r.runtime_cleanup_pending AND r.runtime_cleanup_pending_since::text IS NOT DISTINCT FROM $2::text AS fence_current,
-         (SELECT a.id FROM agent_runs a
-           WHERE a.uid = r.uid AND a.runtime_scope_id = r.runtime_scope_id AND a.id <> r.id
-             AND a.status <> ALL ($3::text[])
-           LIMIT 1) AS active_run_id
-  FROM agent_runs r
-  WHERE r.id = $1::text`;
-
 export const ReleaseGuard = {
   PROCEED: 'proceed',
   /** The fence was cleared (or raised anew) since phase 1: this release is stale, skip it. */
   FENCE_GONE: 'fence_gone',
   /** A run is active in the scope again: deleting now would pull the sandbox from under it. */
   SCOPE_ACTIVE: 'scope_active',
+  /** That generation is already confirmed gone (another fence of the scope cleaned it). */
+  ALREADY_RELEASED: 'already_released',
 } as const;
 export type ReleaseGuard = (typeof ReleaseGuard)[keyof typeof ReleaseGuard];
 
-export async function checkReleaseStillWanted(
+/** The guard's verdicts that mean "this command is not the cleanup the database knows". */
+const REFUSALS: Record<string, { code: ReleaseRefusalCode; why: string }> = {
+  scope_mismatch: {
+    code: ErrorCode.RELEASE_SCOPE_MISMATCH,
+    why: "the command's uid or runtime scope is not the run's",
+  },
+  run_not_root: {
+    code: ErrorCode.RELEASE_RUN_NOT_ROOT,
+    why: 'the run is a subagent run; it owns no cleanup',
+  },
+  run_not_terminal: { code: ErrorCode.RELEASE_RUN_NOT_TERMINAL, why: 'the run is not in a terminal status' },
+  sandbox_mismatch: {
+    code: ErrorCode.RELEASE_SANDBOX_MISMATCH,
+    why: "the scope's recorded sandbox is not the command's sandbox id and generation",
+  },
+};
+
+/**
+ * Time added to every in-flight deadline for what no timer here measures: the guard's answer
+ * travelling back before the release starts its own deadline, a request still in transit to the
+ * provisioner when the release gives up on it, a process descheduled for a moment. Each is
+ * milliseconds on a healthy path; seconds under a stalled network. A longer margin only keeps a
+ * scope blocked longer after a delete that ended without an answer.
+ */
+export const DELETE_IN_FLIGHT_MARGIN_SECONDS = 10;
+
+/**
+ * How long, from the guard, a delete it lets through may still act at the provisioner: the whole
+ * release bound (our side sends and waits no longer than that), plus the provisioner's own time to
+ * carry out a request it received (SANDBOX_PROVISIONER_DELETE_TIMEOUT_SECONDS, the bound the
+ * configuration's timeout ladder already assumes of it), plus the margin.
+ */
+export function deleteInFlightSeconds(
+  releaseBoundMs: number,
+  provisionerDeleteTimeoutSeconds: number,
+): number {
+  return releaseBoundMs / 1000 + provisionerDeleteTimeoutSeconds + DELETE_IN_FLIGHT_MARGIN_SECONDS;
+}
+
+const BEGIN_RELEASE = `
+  SELECT verdict, blocking_run_id, in_flight_until, floor_until::text AS floor_until
+  FROM runtime_cleanup_begin_release($1::text, $2::text, $3::text, $4::text, $5::bigint, $6::text,
+                                     $7::float8, $8::text, $9::int)`;
+
+/**
+ * Lowers this release's own in-flight record (matched by its token; a later attempt that took the
+ * record over keeps it). `$4` NULL: the provisioner answered, nothing of this attempt can act any
+ * more, so the record falls back to the floor it found (an earlier attempt's deadline still
+ * running) or ends. `$4` set: the attempt ended without an answer, so the record is cut to "now +
+ * $4 seconds" (the provisioner's own delete time and the margin), never below the floor.
+ */
+const END_RELEASE = `
+  WITH mine AS (
+    SELECT s.uid, s.runtime_scope_id,
+           CASE
+             WHEN $4::float8 IS NULL
+               THEN CASE WHEN $3::timestamptz > clock_timestamp() THEN $3::timestamptz END
+             ELSE least(s.delete_in_flight_until,
+                        greatest($3::timestamptz, clock_timestamp() + make_interval(secs => $4::float8)))
+           END AS until
+    FROM sandbox_runtimes s
+    WHERE s.uid = $1::text AND s.runtime_scope_id = $2::text AND s.delete_in_flight_token = $5::text
+    FOR UPDATE
+  )
+  UPDATE sandbox_runtimes s
+  SET delete_in_flight_until = mine.until,
+      delete_in_flight_token = CASE WHEN mine.until IS NULL THEN NULL ELSE s.delete_in_flight_token END,
+      delete_in_flight_run_id = CASE WHEN mine.until IS NULL THEN NULL ELSE s.delete_in_flight_run_id END,
+      delete_in_flight_sandbox_id = CASE WHEN mine.until IS NULL THEN NULL ELSE s.delete_in_flight_sandbox_id END,
+      delete_in_flight_generation = CASE WHEN mine.until IS NULL THEN NULL ELSE s.delete_in_flight_generation END
+  FROM mine
+  WHERE s.uid = mine.uid AND s.runtime_scope_id = mine.runtime_scope_id
+  RETURNING mine.until`;
+
+/** What a release command asks to delete, and the fence it was issued for (phase 1's capture). */
+export interface ReleaseTarget {
+  runId: string;
+  uid: string;
+  runtimeScopeId: string;
+  sandboxId: string;
+  generation: number;
+  /** `runtime_cleanup_pending_since` as phase 1 read it (text); null when it was NULL. */
+  fenceSetAt: string | null;
+}
+
+/** The in-flight record the guard wrote for one release attempt. */
+export interface DeleteInFlight {
+  uid: string;
+  runtimeScopeId: string;
+  token: string;
+  /** No run is admitted to the scope before this (database clock). */
+  until: Date;
+  /** An earlier attempt's deadline that was still running (PostgreSQL text), kept as a floor. */
+  floorUntil: string | null;
+}
+
+export type ReleaseGuardResult =
+  | { verdict: typeof ReleaseGuard.PROCEED; inFlight: DeleteInFlight }
+  | { verdict: typeof ReleaseGuard.FENCE_GONE }
+  | { verdict: typeof ReleaseGuard.ALREADY_RELEASED }
+  | { verdict: typeof ReleaseGuard.SCOPE_ACTIVE; activeRunId: string };
+
+export interface BeginReleaseOptions {
+  /** From now, how long the delete may still act (`deleteInFlightSeconds`). */
+  inFlightSeconds: number;
+  /** How long to wait for the scope's advisory lock before giving up (retryable). */
+  lockTimeoutMs: number;
+  /** Names this attempt's record; a fresh one per attempt unless given. */
+  token?: string;
+}
+
+/**
+ * The guard. Returns PROCEED with the in-flight record written, or a stale verdict (nothing
+ * written). Throws RunNotFoundError, ReleaseRefusedError (forged or mismatched: never retried) and
+ * database errors (retryable; DatabaseLockTimeoutError when the scope's lock is busy).
+ */
+export async function beginRelease(
   db: Executor,
-  identity: { runId: string; fenceSetAt: string | null },
-): Promise<{ verdict: ReleaseGuard; activeRunId?: string }> {
-  const { rows } = await db.query<{ fence_current: boolean; active_run_id: string | null }>(STILL_WANTED, [
-    identity.runId,
-    identity.fenceSetAt,
-    TERMINAL_RUN_STATUSES,
+  target: ReleaseTarget,
+  options: BeginReleaseOptions,
+): Promise<ReleaseGuardResult> {
+  const token = options.token ?? randomUUID();
+  const { rows } = await db.query<{
+    verdict: string;
+    blocking_run_id: string | null;
+    in_flight_until: Date | null;
+    floor_until: string | null;
+  }>(BEGIN_RELEASE, [
+    target.runId,
+    target.uid,
+    target.runtimeScopeId,
+    target.sandboxId,
+    target.generation,
+    target.fenceSetAt,
+    options.inFlightSeconds,
+    token,
+    Math.max(1, Math.trunc(options.lockTimeoutMs)),
   ]);
-  const row = rows[0];
-  // A run that does not exist is not a fence that went away: the contract parks such a message in
-  // the DLQ with its reason (found by the chaos suite: hostile releases were acknowledged silently).
-  if (!row) throw new RunNotFoundError(identity.runId);
-  if (!row.fence_current) return { verdict: ReleaseGuard.FENCE_GONE };
-  if (row.active_run_id) return { verdict: ReleaseGuard.SCOPE_ACTIVE, activeRunId: row.active_run_id };
-  return { verdict: ReleaseGuard.PROCEED };
+  const row = rows[0]!;
+  switch (row.verdict) {
+    case ReleaseGuard.PROCEED:
+      return {
+        verdict: ReleaseGuard.PROCEED,
+        inFlight: {
+          uid: target.uid,
+          runtimeScopeId: target.runtimeScopeId,
+          token,
+          until: row.in_flight_until!,
+          floorUntil: row.floor_until,
+        },
+      };
+    case ReleaseGuard.FENCE_GONE:
+      return { verdict: ReleaseGuard.FENCE_GONE };
+    case ReleaseGuard.ALREADY_RELEASED:
+      return { verdict: ReleaseGuard.ALREADY_RELEASED };
+    case ReleaseGuard.SCOPE_ACTIVE:
+      return { verdict: ReleaseGuard.SCOPE_ACTIVE, activeRunId: row.blocking_run_id! };
+    case 'run_not_found':
+      // A run that does not exist is not a fence that went away: the contract parks such a message
+      // in the DLQ with its reason (found by the chaos suite: hostile releases were acknowledged).
+      throw new RunNotFoundError(target.runId);
+  }
+  const refusal = REFUSALS[row.verdict];
+  if (!refusal) throw new Error(`runtime_cleanup_begin_release returned an unknown verdict ${row.verdict}`);
+  throw new ReleaseRefusedError(refusal.code, `release refused before any DELETE: ${refusal.why}`, {
+    runId: target.runId,
+    uid: target.uid,
+    runtimeScopeId: target.runtimeScopeId,
+    sandboxId: target.sandboxId,
+    generation: target.generation,
+  });
+}
+
+/**
+ * Lowers the attempt's in-flight record once its delete is over. `residualSeconds` undefined: the
+ * provisioner answered (or the request was never sent), so nothing of this attempt can act any
+ * more. Set: the attempt ended without an answer, and the provisioner may still carry out the
+ * request for that long. Returns the record's new deadline (null: ended), or undefined when the
+ * record was no longer this attempt's (a later attempt took it over; its deadline covers ours).
+ */
+export async function endRelease(
+  db: Executor,
+  inFlight: DeleteInFlight,
+  residualSeconds?: number,
+): Promise<Date | null | undefined> {
+  const { rows } = await db.query<{ until: Date | null }>(END_RELEASE, [
+    inFlight.uid,
+    inFlight.runtimeScopeId,
+    inFlight.floorUntil,
+    residualSeconds ?? null,
+    inFlight.token,
+  ]);
+  return rows.length ? rows[0]!.until : undefined;
+}
+
+/**
+ * Connection failures that happen before a request can leave this process: nothing listening
+ * (refused), no address for the name, no route. A reset or a closed socket can come after the
+ * request was sent, so they are not here.
+ */
+const NEVER_CONNECTED = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH']);
+
+/**
+ * Whether a failed release attempt is over as far as the provisioner is concerned, so its
+ * in-flight record may end at once: the delete was never sent (the keyed lock timed out, or the
+ * connection could not even be made), or the provisioner answered it with a 4xx or 409 (it
+ * decided, and did nothing more). Anything else (5xx, which may come from a gateway whose upstream
+ * is still working; timeouts; resets; an error nobody classified) may still be carried out by the
+ * provisioner later.
+ */
+export function deleteSettledBy(error: unknown): boolean {
+  if (!isCleanupError(error)) return false;
+  if (error.code === ErrorCode.RELEASE_LOCK_TIMEOUT || error.code === ErrorCode.GENERATION_ANOMALY)
+    return true;
+  if (error.code === ErrorCode.PROVISIONER_CONNECTION) {
+    return NEVER_CONNECTED.has(String(error.details.errorCode));
+  }
+  const status = error.details.status;
+  return typeof status === 'number' && status < 500;
 }

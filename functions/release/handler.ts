@@ -6,10 +6,19 @@ import { parseMessage, ReleaseCommand } from '../adapters/messages.ts';
 import { MetricName } from '../adapters/metric-names.ts';
 import { announceRunFinished, publishFinalize } from '../adapters/publish.ts';
 import { QueueName } from '../adapters/queues.ts';
-import { CleanupError } from '../cleanup/errors.ts';
+import { CleanupError, ErrorCode, ReleaseRefusedError } from '../cleanup/errors.ts';
 import { release } from '../cleanup/release.ts';
-import { checkReleaseStillWanted, ReleaseGuard } from '../cleanup/release-guard.ts';
+import {
+  beginRelease,
+  DELETE_IN_FLIGHT_MARGIN_SECONDS,
+  type DeleteInFlight,
+  deleteInFlightSeconds,
+  deleteSettledBy,
+  endRelease,
+  ReleaseGuard,
+} from '../cleanup/release-guard.ts';
 import type { SandboxProvider } from '../cleanup/sandbox-provider.ts';
+import type { ReleaseResult } from '../cleanup/types.ts';
 
 /**
  * Time kept back from the Lambda deadline for publishing the finalize command and reporting the
@@ -19,8 +28,9 @@ import type { SandboxProvider } from '../cleanup/sandbox-provider.ts';
 export const PUBLISH_MARGIN_MS = 5_000;
 
 /**
- * release: `runtime-release.fifo` → phase 2 (no transaction) → `runtime-finalize`.
- * Retryable failures come back with backoff; the fence stays up throughout.
+ * release: `runtime-release.fifo` → release guard → phase 2 (no transaction) → `runtime-finalize`.
+ * Retryable failures come back with backoff; the fence stays up throughout. A command the guard
+ * refuses (forged or mismatched) is dead-lettered at once with its own code, before any DELETE.
  */
 export function createReleaseHandler(
   deps: ConsumerDependencies & { provider: SandboxProvider; db: Database },
@@ -38,28 +48,67 @@ export function createReleaseHandler(
           generation: command.generation,
           phase: 'release',
         });
-        const guard = await checkReleaseStillWanted(db, command);
+        // The bound is fixed before the guard, so the in-flight record covers exactly it.
+        const deadlineMs = Math.max(1_000, remainingTimeMs() - PUBLISH_MARGIN_MS);
+        const boundMs = Math.min(config.runtimeCleanupTimeoutSeconds * 1000, deadlineMs);
+        let guard: Awaited<ReturnType<typeof beginRelease>>;
+        try {
+          guard = await beginRelease(db, command, {
+            inFlightSeconds: deleteInFlightSeconds(boundMs, config.provisionerDeleteTimeoutSeconds),
+            lockTimeoutMs: config.databaseLockTimeoutMs,
+          });
+        } catch (error) {
+          if (error instanceof ReleaseRefusedError) {
+            logger.error('release refused before any DELETE', {
+              errorCode: error.code,
+              sandboxId: command.sandboxId,
+            });
+            // The command is parked; the fence it names is not. Phase 1 resolves the run's cleanup
+            // again from the database (a platform that recorded a new sandbox while the fence was
+            // up gets it cleaned without waiting for the sweeper).
+            if (error.code === ErrorCode.RELEASE_SANDBOX_MISMATCH) {
+              await announceRunFinished(queues, command.runId, { reason: 'sandbox_mismatch_at_release' });
+            }
+          }
+          throw error;
+        }
         if (guard.verdict === ReleaseGuard.FENCE_GONE) {
           telemetry.count(MetricName.RELEASE_SKIPPED, { reason: guard.verdict });
           logger.info('release skipped: the fence it was for is gone', { sandboxId: command.sandboxId });
           return;
         }
-        if (guard.verdict === ReleaseGuard.SCOPE_ACTIVE) {
-          // Restart at phase 1, which defers with backoff until the scope is quiet again.
+        if (guard.verdict === ReleaseGuard.SCOPE_ACTIVE || guard.verdict === ReleaseGuard.ALREADY_RELEASED) {
+          // Restart at phase 1: it defers while the scope is busy, and finds nothing to delete once
+          // the generation is gone.
           telemetry.count(MetricName.RELEASE_SKIPPED, { reason: guard.verdict });
-          await announceRunFinished(queues, command.runId, { reason: 'scope_active_at_release' });
-          logger.warn('release skipped: a run is active in the scope; fence check again', {
-            activeRunId: guard.activeRunId,
+          await announceRunFinished(queues, command.runId, { reason: `${guard.verdict}_at_release` });
+          logger.warn('release skipped; fence check again', {
+            reason: guard.verdict,
+            ...(guard.verdict === ReleaseGuard.SCOPE_ACTIVE ? { activeRunId: guard.activeRunId } : {}),
           });
           return;
         }
-        const deadlineMs = Math.max(1_000, remainingTimeMs() - PUBLISH_MARGIN_MS);
+        const { inFlight } = guard;
         const started = performance.now();
+        let result: ReleaseResult;
         try {
-          const result = await release(command, {
-            provider,
-            runtimeCleanupTimeoutMs: Math.min(config.runtimeCleanupTimeoutSeconds * 1000, deadlineMs),
-          });
+          result = await release(command, { provider, runtimeCleanupTimeoutMs: boundMs });
+        } catch (error) {
+          countFailure(error);
+          // Ended without an answer: the provisioner may still carry the request out for its own
+          // delete time, so the scope stays quarantined that long (never longer than the record).
+          await settle(
+            inFlight,
+            deleteSettledBy(error)
+              ? undefined
+              : config.provisionerDeleteTimeoutSeconds + DELETE_IN_FLIGHT_MARGIN_SECONDS,
+          );
+          throw error;
+        }
+        // Answered: nothing of this attempt can act any more. Lowered before finalize is
+        // published, so the scope opens as soon as its fence clears.
+        await settle(inFlight);
+        try {
           telemetry.count(MetricName.RELEASE_SUCCEEDED, { outcome: result.outcome });
           telemetry.milliseconds(MetricName.RELEASE_DURATION, performance.now() - started);
           telemetry.milliseconds(MetricName.RELEASE_LOCK_WAIT, result.lockWaitMs);
@@ -71,9 +120,30 @@ export function createReleaseHandler(
             deleteMs: Math.round(result.deleteMs),
           });
         } catch (error) {
+          countFailure(error);
+          throw error;
+        }
+
+        function countFailure(error: unknown): void {
           const errorCode = error instanceof CleanupError ? error.code : 'UNEXPECTED';
           telemetry.count(MetricName.RELEASE_FAILED, { errorCode });
-          throw error;
+        }
+
+        /** Lowers the in-flight record; a failure only leaves it to expire at its deadline. */
+        async function settle(record: DeleteInFlight, residualSeconds?: number): Promise<void> {
+          try {
+            const until = await endRelease(db, record, residualSeconds);
+            if (until) {
+              logger.info('scope stays quarantined: a delete may still act at the provisioner', {
+                deleteInFlightUntil: until.toISOString(),
+              });
+            }
+          } catch (error) {
+            logger.warn('could not lower the delete-in-flight record; it ends at its deadline', {
+              deleteInFlightUntil: record.until.toISOString(),
+              error: (error as Error).message,
+            });
+          }
         }
       },
     },

@@ -11,16 +11,23 @@ import type { Queues } from '../adapters/queues.ts';
  *
  * Claiming uses `FOR UPDATE SKIP LOCKED`: two sweepers never announce the same fence in one
  * period, and a fence whose row a cleanup transaction holds is simply taken next tick.
+ *
+ * A fence's age runs from `runtime_cleanup_pending_since`; a fence raised by a write that
+ * bypassed the trigger maintaining it (NULL there) is aged from when its run finished, else from
+ * the row's last update, instead of being invisible to the claim, the backlog figures and the
+ * oldest-fence alarm. Both statements are index scans (migration 006) whatever the backlog: the
+ * claim reads exactly the due fences, in the order they became due.
  */
 export const SWEEP_BATCH_LIMIT = 200;
 
-const CLAIM_DUE_FENCES = `
+/** Exported for the plan tests (test/integration/fence-scale.test.ts), which EXPLAIN it as called. */
+export const CLAIM_DUE_FENCES = `
   WITH due AS (
     SELECT id FROM agent_runs
     WHERE runtime_cleanup_pending AND run_type <> 'subagent'
-      AND runtime_cleanup_pending_since <= now() - make_interval(secs => $1::int)
-      AND (runtime_cleanup_announced_at IS NULL OR runtime_cleanup_announced_at <= now() - make_interval(secs => $1::int))
-    ORDER BY runtime_cleanup_pending_since
+      AND greatest(coalesce(runtime_cleanup_pending_since, finished_at, updated_at), runtime_cleanup_announced_at)
+          <= now() - make_interval(secs => $1::int)
+    ORDER BY greatest(coalesce(runtime_cleanup_pending_since, finished_at, updated_at), runtime_cleanup_announced_at)
     LIMIT $2::int
     FOR UPDATE SKIP LOCKED
   )
@@ -31,9 +38,11 @@ const CLAIM_DUE_FENCES = `
 /** Gives a claim back when its announcement could not be sent, so the next tick tries again. */
 const UNCLAIM = `UPDATE agent_runs SET runtime_cleanup_announced_at = NULL WHERE id = ANY ($1::text[])`;
 
-const FENCE_STATS = `
+/** The count reads the partial index of pending fences only (no table rows): fine once a minute. */
+export const FENCE_STATS = `
   SELECT count(*)::int AS pending,
-         coalesce(extract(epoch FROM now() - min(runtime_cleanup_pending_since)), 0)::float8 AS oldest_age_seconds
+         coalesce(extract(epoch FROM now() - min(coalesce(runtime_cleanup_pending_since, finished_at, updated_at))), 0)::float8
+           AS oldest_age_seconds
   FROM agent_runs
   WHERE runtime_cleanup_pending AND run_type <> 'subagent'`;
 

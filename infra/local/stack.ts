@@ -28,7 +28,7 @@ import {
   type EventSourceOptions,
   localLambdaContext,
 } from './event-source.ts';
-import { type LocalProvisioner, startProvisioner } from './provisioner/server.ts';
+import { type LocalProvisioner, type ProvisionerMode, startProvisioner } from './provisioner/server.ts';
 import {
   type CreatedQueue,
   createQueues as createQueuesOnEndpoint,
@@ -62,6 +62,8 @@ export interface StackOptions {
   provisionerSeed?: number;
   /** Grace between SIGTERM and SIGKILL for built-in sandboxes. */
   provisionerGraceMs?: number;
+  /** The built-in provisioner behaves like the contract's (default) or like the platform's deployed one. */
+  provisionerMode?: ProvisionerMode;
   /** Runs the sweeper on its interval (default true). */
   sweeper?: boolean;
   onError?: (error: Error, source: string) => void;
@@ -163,6 +165,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
         rootDir,
         ...(options.provisionerSeed !== undefined ? { seed: options.provisionerSeed } : {}),
         ...(options.provisionerGraceMs !== undefined ? { graceMs: options.provisionerGraceMs } : {}),
+        ...(options.provisionerMode !== undefined ? { mode: options.provisionerMode } : {}),
       });
       cleanups.push(() => provisioner!.stop());
       provisionerUrl = provisioner.url;

@@ -53,19 +53,23 @@ export function diagnose(facts: RunFacts, sweepAfterSeconds: number): string[] {
       lines.push(`fence force-cleared by ${forced.actor} at ${forced.forcedAt}: ${forced.reason}`);
       if (forced.sandboxId !== null) {
         lines.push(
-          `sandbox ${forced.sandboxId} generation ${forced.generation} may still exist at the provisioner: remove it by hand before the scope is used again`,
+          `sandbox ${forced.sandboxId} generation ${forced.generation} was not confirmed deleted: it stays recorded as live, and the scope's next cleanup deletes it`,
         );
       }
     } else {
       lines.push('no cleanup pending for this run');
     }
     if (deadLetters.length) {
-      // A live generation is reused by the scope's next run (the provisioner returns the live
-      // sandbox), so a stale release redriven before it is gone would delete that run's sandbox.
+      // Redriving is harmless: the release guard finds the fence gone and sends no DELETE.
       lines.push(
-        `${plural(deadLetters.length, 'stale dead letter')} for this run: its fence is clear; redrive a release for it only once generation ${forced?.generation ?? scope.sandbox?.generation ?? '-'} is gone at the provisioner`,
+        `${plural(deadLetters.length, 'stale dead letter')} for this run: its fence is clear, so a redriven release of it sends nothing`,
       );
     }
+  }
+  if (scope.deleteInFlight) {
+    lines.push(
+      `a DELETE of sandbox ${orDash(scope.deleteInFlight.sandboxId)} generation ${orDash(scope.deleteInFlight.generation)} may still act at the provisioner until ${scope.deleteInFlight.until}: the scope admits no run and force-clear refuses (exit 4) until then, unless the release ends it sooner`,
+    );
   }
   if (scope.otherFences.length) {
     lines.push(`the scope is also fenced by: ${scope.otherFences.join(', ')}`);

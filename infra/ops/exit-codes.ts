@@ -10,7 +10,10 @@ export const ExitCode = {
   USAGE: 2,
   /** The database or SQS could not be reached (or is not set up: schema not migrated, queue missing). */
   UNREACHABLE: 3,
-  /** The scope's lock was not had within the lock timeout: a cleanup holds it; try again. */
+  /**
+   * The scope's lock was not had within the lock timeout (a cleanup holds it), or a release's
+   * DELETE may still be in flight for the scope: try again later.
+   */
   BUSY: 4,
   /** A bug: an error nobody classified. */
   INTERNAL: 5,

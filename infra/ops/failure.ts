@@ -19,6 +19,7 @@ const EXIT_CODE_OF_CLEANUP_ERROR: Partial<Record<string, ExitCode>> = {
   [InfrastructureErrorCode.DATABASE_UNAVAILABLE]: ExitCode.UNREACHABLE,
   [InfrastructureErrorCode.QUEUE_UNAVAILABLE]: ExitCode.UNREACHABLE,
   [InfrastructureErrorCode.DATABASE_LOCK_TIMEOUT]: ExitCode.BUSY,
+  [ErrorCode.DELETE_IN_FLIGHT]: ExitCode.BUSY,
 };
 
 export interface Failure {

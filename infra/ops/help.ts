@@ -15,7 +15,11 @@ export const EXIT_CODE_HELP: ReadonlyArray<[number, string, string]> = [
   ],
   [ExitCode.USAGE, 'usage', 'bad usage or bad configuration: nothing was attempted'],
   [ExitCode.UNREACHABLE, 'unreachable', 'database or SQS unreachable, schema not migrated, or queue missing'],
-  [ExitCode.BUSY, 'busy', "busy: a cleanup holds the scope's lock longer than the lock timeout; try again"],
+  [
+    ExitCode.BUSY,
+    'busy',
+    "busy: a cleanup holds the scope's lock longer than the lock timeout, or a delete may still be in flight; try again",
+  ],
   [ExitCode.INTERNAL, 'bug', 'unexpected error (a bug: please report it with the output)'],
 ];
 

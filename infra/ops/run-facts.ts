@@ -25,7 +25,10 @@ const RUN = `
 
 const SCOPE = `
   SELECT runtime_cleanup_blocked($1::text, $2::text) AS blocked,
-         s.sandbox_id, s.generation::text AS generation, s.released_at
+         s.sandbox_id, s.generation::text AS generation, s.released_at,
+         s.delete_in_flight_until > now() AS delete_in_flight, s.delete_in_flight_until,
+         s.delete_in_flight_run_id, s.delete_in_flight_sandbox_id,
+         s.delete_in_flight_generation::text AS delete_in_flight_generation
   FROM (SELECT 1) AS one
   LEFT JOIN sandbox_runtimes s ON s.uid = $1::text AND s.runtime_scope_id = $2::text`;
 
@@ -100,6 +103,16 @@ export interface RunFacts {
     /** `runtime_cleanup_blocked(uid, scope)`: the platform admits no new run while true. */
     blocked: boolean;
     sandbox: { sandboxId: string; generation: number; releasedAt: string | null } | null;
+    /**
+     * A release's DELETE that may still act at the provisioner (the release guard's record): the
+     * scope stays blocked and force-clear refuses until `until`, unless the release ends it first.
+     */
+    deleteInFlight: {
+      until: string;
+      runId: string | null;
+      sandboxId: string | null;
+      generation: number | null;
+    } | null;
     /** Other non-terminal runs of the scope. */
     activeRuns: RunSummary[];
     /** Non-terminal runs created (transitively) by this run, in any scope. */
@@ -127,6 +140,11 @@ export async function readRunFacts(
       sandbox_id: string | null;
       generation: string | null;
       released_at: Date | null;
+      delete_in_flight: boolean | null;
+      delete_in_flight_until: Date | null;
+      delete_in_flight_run_id: string | null;
+      delete_in_flight_sandbox_id: string | null;
+      delete_in_flight_generation: string | null;
     }>(SCOPE, [run.uid, run.runtime_scope_id]),
     db.query<{ id: string; run_type: string; status: string; fence_pending: boolean }>(SCOPE_RUNS, [
       run.uid,
@@ -169,6 +187,17 @@ export async function readRunFacts(
               releasedAt: isoTime(sandboxRow.released_at),
             }
           : null,
+      deleteInFlight: sandboxRow.delete_in_flight
+        ? {
+            until: isoTime(sandboxRow.delete_in_flight_until)!,
+            runId: sandboxRow.delete_in_flight_run_id,
+            sandboxId: sandboxRow.delete_in_flight_sandbox_id,
+            generation:
+              sandboxRow.delete_in_flight_generation === null
+                ? null
+                : Number(sandboxRow.delete_in_flight_generation),
+          }
+        : null,
       activeRuns: scopeRuns.rows
         .filter((row) => !isTerminalStatus(row.status))
         .map((row) => ({ runId: row.id, runType: row.run_type, status: row.status })),

@@ -73,8 +73,14 @@ export async function changeWorkdir(db: Database, scope: ScopeRef): Promise<void
 }
 
 const LOCK_SCOPE = 'SELECT pg_advisory_xact_lock(runtime_cleanup_lock_key($1::text, $2::text))';
+/**
+ * "A fence is up", read directly: runtime_cleanup_blocked is also true while a release's DELETE may
+ * still be in flight after the fence cleared, and re-provisioning then would leave a sandbox no
+ * fence covers.
+ */
 const SCOPE_STATE = `
-  SELECT runtime_cleanup_blocked($1::text, $2::text) AS blocked,
+  SELECT EXISTS (SELECT 1 FROM agent_runs WHERE uid = $1::text AND runtime_scope_id = $2::text
+                   AND runtime_cleanup_pending AND run_type <> 'subagent') AS blocked,
          (SELECT sandbox_id FROM sandbox_runtimes WHERE uid = $1::text AND runtime_scope_id = $2::text) AS sandbox_id`;
 const RECORD_SANDBOX = `
   INSERT INTO sandbox_runtimes (uid, runtime_scope_id, sandbox_id, generation)

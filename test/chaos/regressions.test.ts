@@ -5,7 +5,7 @@ import { assertSafeSandboxId } from '../../functions/adapters/provisioner-client
 import { InvalidMessageError, RunNotFoundError } from '../../functions/cleanup/errors.ts';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { finalize } from '../../functions/cleanup/finalize.ts';
-import { checkReleaseStillWanted } from '../../functions/cleanup/release-guard.ts';
+import { beginRelease } from '../../functions/cleanup/release-guard.ts';
 import { FenceCheckOutcome, FinalizeOutcome } from '../../functions/cleanup/types.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 import { fenceOf, finishedRootRun, upsertSandbox } from '../support/factories.ts';
@@ -115,7 +115,18 @@ describe('chaos regressions', () => {
     // run" as "fence gone" and the message was acknowledged without a trace; the contract parks a
     // message about an unknown run in the DLQ with its reason.
     await expect(
-      checkReleaseStillWanted(t.db, { runId: 'run-that-never-existed', fenceSetAt: null }),
+      beginRelease(
+        t.db,
+        {
+          runId: 'run-that-never-existed',
+          uid: 'user-x',
+          runtimeScopeId: 'scope-x',
+          sandboxId: 'sbx-x',
+          generation: 1,
+          fenceSetAt: null,
+        },
+        { inFlightSeconds: 60, lockTimeoutMs: 1_000 },
+      ),
     ).rejects.toBeInstanceOf(RunNotFoundError);
   });
 });

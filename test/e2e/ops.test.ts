@@ -280,7 +280,10 @@ describe('ops CLI against the local stack', () => {
     expect(noReason).toMatchObject({ code: 2, stderr: expect.stringContaining('--reason') });
     expect(dryRun.code).toBe(0);
     expect(dryRun.stdout).toContain('Dry run: nothing was changed');
-    expect(dryRun.stdout).toContain(`sandbox ${run.sandboxId} generation ${run.generation}`);
+    expect(dryRun.stdout).toContain(
+      `Sandbox ${run.sandboxId} generation ${run.generation} was not confirmed deleted`,
+    );
+    expect(dryRun.stdout).not.toMatch(/curl|-X DELETE/);
     expect(await fenceOf(fixture.t.db, run.runId)).toBe(true);
 
     const forced = await ops(
@@ -321,7 +324,12 @@ describe('ops CLI against the local stack', () => {
     expect(explained.code).toBe(0);
     expect(json(explained)).toMatchObject({
       run: { runId: run.runId, fencePending: false, status: 'completed' },
-      scope: { blocked: false, sandbox: { generation: run.generation, releasedAt: expect.any(String) } },
+      // Not marked released: nothing confirmed it gone, so the scope's next cleanup deletes it.
+      scope: {
+        blocked: false,
+        sandbox: { generation: run.generation, releasedAt: null },
+        deleteInFlight: null,
+      },
       forcedClears: [{ runId: run.runId, actor: 'e2e-op', reason, sandboxId: run.sandboxId, generation: 1 }],
       deadLetters: [
         { deadLetterQueue: 'runtime-release-dlq.fifo', errorCode: 'GENERATION_ANOMALY', runId: run.runId },
@@ -334,15 +342,10 @@ describe('ops CLI against the local stack', () => {
     expect(twice.code).toBe(1);
     expect(json(twice)).toMatchObject({ error: { code: 'FENCE_NOT_PENDING' } });
 
-    // The operator removes the old sandbox by hand, as force-clear told them; the scope moves on.
+    // The scope moves on: the next run is handed the still-live sandbox (the provisioner reuses it).
     fixture.stack.provisioner!.clearFaults(run.sandboxId);
-    const removed = await fetch(
-      `${fixture.stack.provisionerUrl}/api/sandboxes/${encodeURIComponent(run.sandboxId)}?generation=${run.generation}`,
-      { method: 'DELETE' },
-    );
-    expect(removed.status).toBe(200);
     const next = (await fixture.stack.platform.admitRootRun(scope))!;
-    expect(next.generation).toBe(run.generation + 1);
+    expect(next).toMatchObject({ sandboxId: run.sandboxId, generation: run.generation });
     const live = fixture.stack.provisioner!.sandbox(next.sandboxId)!;
 
     // Late duplicates of the old cleanup: its release command (from the DLQ) and a finalize.
@@ -360,7 +363,7 @@ describe('ops CLI against the local stack', () => {
     });
     await fixture.stack.queues.send(QueueName.RUNTIME_FINALIZE, oldFinalize);
     // The stale release is consumed without a delete: its guard sees that the fence it was for is
-    // gone (the generation guard alone could not tell a reused generation apart).
+    // gone (the generation guard alone could not tell the reused generation apart: it is the same).
     await eventually('the stale release consumed', async () => {
       const { Attributes } = await fixture.stack.sqs.send(
         new GetQueueAttributesCommand({

@@ -3,6 +3,7 @@ import type { Database } from '../../functions/adapters/database.ts';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { finalize } from '../../functions/cleanup/finalize.ts';
 import { release } from '../../functions/cleanup/release.ts';
+import { beginRelease, endRelease, ReleaseGuard } from '../../functions/cleanup/release-guard.ts';
 import { FinalizeOutcome, ReleaseOutcome } from '../../functions/cleanup/types.ts';
 import { fenceOf } from '../support/factories.ts';
 import { useProvisionerFixture } from '../support/fixtures.ts';
@@ -52,6 +53,37 @@ describe('ADR row 1: no database lock is held while the sandbox delete waits', (
 
     fixture.provisioner.clearFaults(run.sandboxId);
     expect((await releasing).outcome).toBe(ReleaseOutcome.DELETED);
+  });
+
+  it('holds no lock after the release guard either: its lock ended with its statement, its record is a row', async () => {
+    const run = await provisionedRootRun(fixture.t.db, fixture.provisioner);
+    const identity = releaseNeeded(await fenceCheck(fixture.t.db, run.rootRunId));
+    const guard = await beginRelease(
+      fixture.t.db,
+      { ...identity, sandboxId: identity.sandboxId!, generation: identity.generation! },
+      { inFlightSeconds: 60, lockTimeoutMs: 2_000 },
+    );
+    if (guard.verdict !== ReleaseGuard.PROCEED) throw new Error(guard.verdict);
+    fixture.provisioner.setFault(run.sandboxId, { hang: true });
+
+    const releasing = release(identity, { provider: sandboxes.provider, runtimeCleanupTimeoutMs: 20_000 });
+    await fixture.provisioner.waitForRequest(isDeleteOf(run.sandboxId), 5_000);
+
+    expect(await probeCleanupLocks(other, run)).toEqual({ rowLock: 'free', scopeLock: 'free' });
+    expect(await databaseActivity(other)).toEqual({ advisoryLocks: 0, openTransactions: 0 });
+    // The sandbox row is not locked either: a platform can record a generation meanwhile.
+    const rowFree = await other.withTransaction(async (tx) => {
+      const { rowCount } = await tx.query(
+        'SELECT 1 FROM sandbox_runtimes WHERE uid = $1::text AND runtime_scope_id = $2::text FOR UPDATE NOWAIT',
+        [run.uid, run.runtimeScopeId],
+      );
+      return rowCount === 1;
+    });
+    expect(rowFree).toBe(true);
+
+    fixture.provisioner.clearFaults(run.sandboxId);
+    expect((await releasing).outcome).toBe(ReleaseOutcome.DELETED);
+    expect(await endRelease(fixture.t.db, guard.inFlight)).toBeNull();
   });
 
   it('runs fence check → release → finalize end to end: the sandbox process and directory are gone and the fence is clear', async () => {

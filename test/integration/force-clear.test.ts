@@ -4,10 +4,11 @@ import { ErrorCode } from '../../functions/cleanup/errors.ts';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { finalize } from '../../functions/cleanup/finalize.ts';
 import { type ForceClearRequest, forceClear } from '../../functions/cleanup/force-clear.ts';
+import { beginRelease, endRelease, ReleaseGuard } from '../../functions/cleanup/release-guard.ts';
 import { FenceCheckOutcome, FinalizeOutcome } from '../../functions/cleanup/types.ts';
 import { fenceOf, finishedRootRun, insertOtherRun, type Scenario } from '../support/factories.ts';
 import { useDatabaseFixture } from '../support/fixtures.ts';
-import { holdScopeAdvisoryLock } from '../support/probes.ts';
+import { holdScopeAdvisoryLock, rejectionOf, releaseNeeded } from '../support/probes.ts';
 import { eventually } from '../support/stack.ts';
 
 const fixture = useDatabaseFixture();
@@ -59,7 +60,7 @@ describe('forceClear', () => {
     expect(await stateOf(s)).toEqual(UNTOUCHED);
   });
 
-  it('clears the fence, releases that generation and writes one audit row, all at once', async () => {
+  it('clears the fence and writes one audit row at once, leaving the generation recorded as live', async () => {
     const s = await finishedRootRun(fixture.t.db, { generation: 2 });
     const { rows: before } = await fixture.t.db.query<{ since: string }>(
       'SELECT runtime_cleanup_pending_since::text AS since FROM agent_runs WHERE id = $1::text',
@@ -72,10 +73,9 @@ describe('forceClear', () => {
     expect(result.applied).toBe(true);
     if (!result.applied) return;
 
-    const state = await stateOf(s);
-    expect(state.fence).toBe(false);
-    expect(state.releasedAt).toBeInstanceOf(Date);
-    expect(state.overrides).toBe(1);
+    // Nothing confirmed the generation gone, so it is not marked released: the scope's next
+    // cleanup still deletes it.
+    expect(await stateOf(s)).toEqual({ fence: false, releasedAt: null, overrides: 1 });
     const { rows } = await fixture.t.db.query<Record<string, unknown>>(
       `SELECT id::int AS id, run_id, uid, runtime_scope_id, sandbox_id, generation::int AS generation,
               fence_set_at::text AS fence_set_at, reason, actor
@@ -96,7 +96,7 @@ describe('forceClear', () => {
     expect(await scopeBlocked(s)).toBe(false);
   });
 
-  it('leaves a released or newer generation alone and records no sandbox when none is live', async () => {
+  it('records no sandbox when the scope has none live', async () => {
     const s = await finishedRootRun(fixture.t.db, { withSandbox: false });
     const result = await forceClear(fixture.t.db, request(s.rootRunId));
     expect(result).toMatchObject({ applied: true, plan: { sandboxId: null, generation: null } });
@@ -247,6 +247,144 @@ describe('forceClear', () => {
     );
     expect(rows[0]).toEqual({ generation: '2', released_at: null });
     expect(await fenceOf(fixture.t.db, s.rootRunId)).toBe(false);
+  });
+});
+
+describe('forceClear with another fenced run in the scope', () => {
+  it('clears only the named fence; the other one keeps its fence and its cleanup still deletes the generation', async () => {
+    // Two root runs of one scope ended (a chat and a resume that ran side by side): two fences.
+    const s = await finishedRootRun(fixture.t.db, { generation: 5 });
+    const other = await insertOtherRun(fixture.t.db, s, { runType: 'resume', status: 'failed', fence: true });
+
+    const result = await forceClear(fixture.t.db, request(s.rootRunId));
+
+    expect(result).toMatchObject({ applied: true, plan: { sandboxId: s.sandboxId, generation: 5 } });
+    expect(await fenceOf(fixture.t.db, s.rootRunId)).toBe(false);
+    expect(await fenceOf(fixture.t.db, other)).toBe(true);
+    expect(await scopeBlocked(s)).toBe(true);
+    // The other fence's cleanup is not "nothing to delete": the forced clear confirmed nothing gone.
+    expect(await fenceCheck(fixture.t.db, other)).toMatchObject({
+      outcome: FenceCheckOutcome.RELEASE_NEEDED,
+      identity: { runId: other, sandboxId: s.sandboxId, generation: 5 },
+    });
+    // It is cleared only by its own cleanup or its own forced clear, with its own audit row.
+    const { rows } = await fixture.t.db.query<{ run_id: string }>(
+      'SELECT run_id FROM runtime_cleanup_overrides WHERE uid = $1::text AND runtime_scope_id = $2::text',
+      [s.uid, s.runtimeScopeId],
+    );
+    expect(rows).toEqual([{ run_id: s.rootRunId }]);
+  });
+});
+
+describe('forceClear while a release DELETE may be in flight', () => {
+  async function guardedRelease(s: Scenario, inFlightSeconds = 120) {
+    const identity = releaseNeeded(await fenceCheck(fixture.t.db, s.rootRunId));
+    const guard = await beginRelease(
+      fixture.t.db,
+      { ...identity, sandboxId: identity.sandboxId!, generation: identity.generation! },
+      { inFlightSeconds, lockTimeoutMs: 2_000 },
+    );
+    if (guard.verdict !== ReleaseGuard.PROCEED) throw new Error(`guard said ${guard.verdict}`);
+    return guard.inFlight;
+  }
+
+  it('refuses with DELETE_IN_FLIGHT, naming the delete and when it may end, changing nothing (dry run too)', async () => {
+    const s = await finishedRootRun(fixture.t.db, { generation: 2 });
+    const inFlight = await guardedRelease(s);
+
+    for (const dryRun of [true, false]) {
+      const error = await rejectionOf(forceClear(fixture.t.db, request(s.rootRunId, { dryRun })));
+      expect(error).toMatchObject({
+        code: ErrorCode.DELETE_IN_FLIGHT,
+        retryable: false,
+        details: {
+          runId: s.rootRunId,
+          deleteInFlightUntil: inFlight.until.toISOString(),
+          deleteInFlightRunId: s.rootRunId,
+          sandboxId: s.sandboxId,
+          generation: 2,
+        },
+      });
+      expect((error as Error).message).toContain(inFlight.until.toISOString());
+    }
+    expect(await stateOf(s)).toEqual(UNTOUCHED);
+  });
+
+  it('is allowed once the release lowered its record', async () => {
+    const s = await finishedRootRun(fixture.t.db);
+    const inFlight = await guardedRelease(s);
+    await expect(forceClear(fixture.t.db, request(s.rootRunId))).rejects.toMatchObject({
+      code: ErrorCode.DELETE_IN_FLIGHT,
+    });
+
+    await endRelease(fixture.t.db, inFlight);
+
+    expect((await forceClear(fixture.t.db, request(s.rootRunId))).applied).toBe(true);
+    expect(await scopeBlocked(s)).toBe(false);
+  });
+
+  it('is allowed once the record’s deadline passed (a release that crashed mid-delete)', async () => {
+    const s = await finishedRootRun(fixture.t.db);
+    await guardedRelease(s, 0.5);
+    await expect(forceClear(fixture.t.db, request(s.rootRunId))).rejects.toMatchObject({
+      code: ErrorCode.DELETE_IN_FLIGHT,
+    });
+
+    await eventually('the in-flight deadline passes', async () => {
+      const { rows } = await fixture.t.db.query<{ over: boolean }>(
+        `SELECT delete_in_flight_until <= clock_timestamp() AS over FROM sandbox_runtimes
+         WHERE uid = $1::text AND runtime_scope_id = $2::text`,
+        [s.uid, s.runtimeScopeId],
+      );
+      return rows[0]!.over;
+    });
+
+    expect((await forceClear(fixture.t.db, request(s.rootRunId))).applied).toBe(true);
+  });
+
+  it('waits for a writer holding the sandbox row and then sees the record it committed (FOR UPDATE)', async () => {
+    const s = await finishedRootRun(fixture.t.db);
+    const writer = await fixture.t.connect({ maxConnections: 1 });
+    let commit!: () => void;
+    const committed = new Promise<void>((resolve) => (commit = resolve));
+    let written!: () => void;
+    const rowWritten = new Promise<void>((resolve) => (written = resolve));
+    // A record written without the advisory lock (only the row lock), committed only after
+    // force-clear has read the row: a plain read would have seen the row without it.
+    const writing = writer.withTransaction(async (tx) => {
+      await tx.query(
+        `UPDATE sandbox_runtimes SET delete_in_flight_until = clock_timestamp() + interval '2 minutes',
+                delete_in_flight_token = 'other-release', delete_in_flight_run_id = $3::text,
+                delete_in_flight_sandbox_id = sandbox_id, delete_in_flight_generation = generation
+         WHERE uid = $1::text AND runtime_scope_id = $2::text`,
+        [s.uid, s.runtimeScopeId, s.rootRunId],
+      );
+      written();
+      await committed;
+    });
+    await rowWritten;
+    let settled = false;
+    const clearing = forceClear(fixture.t.db, request(s.rootRunId)).finally(() => {
+      settled = true;
+    });
+    try {
+      await eventually('force-clear waiting on the sandbox row, or done without waiting', async () => {
+        if (settled) return true;
+        const { rows } = await fixture.t.db.query<{ waiting: number }>(
+          `SELECT count(*)::int AS waiting FROM pg_locks
+           WHERE NOT granted AND locktype IN ('transactionid', 'tuple')
+             AND pid IN (SELECT pid FROM pg_stat_activity WHERE datname = current_database())`,
+        );
+        return rows[0]!.waiting >= 1;
+      });
+      expect(settled, 'force-clear decided without waiting for the row being written').toBe(false);
+    } finally {
+      commit();
+      await writing;
+    }
+
+    await expect(clearing).rejects.toMatchObject({ code: ErrorCode.DELETE_IN_FLIGHT });
+    expect(await stateOf(s)).toEqual(UNTOUCHED);
   });
 });
 

@@ -11,6 +11,7 @@ import { createFenceCheckHandler } from '../../functions/fence-check/handler.ts'
 import { createFinalizeHandler } from '../../functions/finalize/handler.ts';
 import { createReleaseHandler } from '../../functions/release/handler.ts';
 import { localLambdaContext, toSqsRecord } from '../../infra/local/event-source.ts';
+import { captureStdout, emfMetrics } from '../support/capture.ts';
 import { finishedRootRun } from '../support/factories.ts';
 import { useProvisionerFixture, useSqsFixture } from '../support/fixtures.ts';
 
@@ -31,30 +32,6 @@ afterAll(() => {
   process.env.POWERTOOLS_METRICS_DISABLED = 'true';
 });
 
-/** Runs `work` and returns every JSON line written to stdout and stderr meanwhile (and hides them). */
-async function captureStdout(work: () => Promise<void>): Promise<Record<string, unknown>[]> {
-  const streams = [process.stdout, process.stderr];
-  const originals = streams.map((stream) => stream.write.bind(stream));
-  let buffer = '';
-  for (const stream of streams) {
-    stream.write = ((chunk: string | Uint8Array) => {
-      buffer += typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString('utf8');
-      return true;
-    }) as typeof stream.write;
-  }
-  try {
-    await work();
-  } finally {
-    streams.forEach((stream, index) => {
-      stream.write = originals[index]!;
-    });
-  }
-  return buffer
-    .split('\n')
-    .filter((line) => line.startsWith('{'))
-    .map((line) => JSON.parse(line) as Record<string, unknown>);
-}
-
 async function takeOne(queue: string): Promise<SQSEvent> {
   const url = await sqsFixture.queues.url(queue);
   for (let i = 0; i < 50; i += 1) {
@@ -70,29 +47,6 @@ async function takeOne(queue: string): Promise<SQSEvent> {
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
   throw new Error(`nothing arrived on ${queue}`);
-}
-
-function emfMetrics(lines: Record<string, unknown>[]) {
-  return lines
-    .filter((line) => line._aws)
-    .flatMap((line) => {
-      const aws = line._aws as {
-        CloudWatchMetrics: Array<{
-          Namespace: string;
-          Dimensions: string[][];
-          Metrics: Array<{ Name: string; Unit: string }>;
-        }>;
-      };
-      return aws.CloudWatchMetrics.flatMap((directive) =>
-        directive.Metrics.map((metric) => ({
-          namespace: directive.Namespace,
-          name: metric.Name,
-          unit: metric.Unit,
-          dimensions: Object.fromEntries(directive.Dimensions.flat().map((key) => [key, line[key]])),
-          value: line[metric.Name],
-        })),
-      );
-    });
 }
 
 describe('logs and metrics of one cleanup', () => {

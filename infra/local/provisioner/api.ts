@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { BadRequestError } from './errors.ts';
 import type { SandboxRegistry } from './sandboxes.ts';
-import type { SandboxInfo } from './types.ts';
+import { PROVISIONER_MODE, type ProvisionerMode, type SandboxInfo } from './types.ts';
 
 /** The body of `POST /api/sandboxes` (contract §3); extra fields are ignored. */
 export const createSandboxBodySchema = z.object({
@@ -53,11 +53,41 @@ export function getSandbox(registry: SandboxRegistry, sandboxId: string, urlOf: 
   return { status: 200, body: { ...toSandboxBody(sandbox, urlOf) } };
 }
 
+/**
+ * `GET /api/sandboxes` (contract §3): every live sandbox. The platform's provisioner lists no
+ * generation, so in that mode none is listed either.
+ */
+export function listSandboxes(
+  registry: SandboxRegistry,
+  urlOf: SandboxUrlOf,
+  mode: ProvisionerMode,
+): ApiAnswer {
+  const sandboxes = registry.list().map((sandbox) => {
+    const body = {
+      sandbox_id: sandbox.id,
+      sandbox_url: urlOf(sandbox.id),
+      status: sandbox.alive ? 'running' : 'exited',
+    };
+    return mode === PROVISIONER_MODE.platform ? body : { ...body, generation: sandbox.generation };
+  });
+  return { status: 200, body: { sandboxes, count: sandboxes.length } };
+}
+
 export async function deleteSandbox(
   registry: SandboxRegistry,
   sandboxId: string,
   generation: number | undefined,
+  mode: ProvisionerMode,
 ): Promise<ApiAnswer> {
+  if (mode === PROVISIONER_MODE.platform) {
+    // As deployed: the generation is not looked at, and "nothing to delete" is a success too.
+    const result = await registry.delete(sandboxId, undefined);
+    return {
+      status: 200,
+      body: { ok: true, sandbox_id: sandboxId },
+      ...(result.kind === 'deleted' ? { deletedGeneration: result.generation } : {}),
+    };
+  }
   const result = await registry.delete(sandboxId, generation);
   switch (result.kind) {
     case 'deleted':

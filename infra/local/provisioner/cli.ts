@@ -7,6 +7,7 @@ import { startProvisioner } from './server.ts';
 /*
  * Runs the local provisioner on its own:
  *   tsx infra/local/provisioner/cli.ts --port 4599 --root DIR [--host H] [--grace-ms N] [--seed N]
+ *     [--platform-compatible]   (behave like the platform's deployed provisioner: see ProvisionerMode)
  * Without --root, sandboxes live in a fresh temporary directory. SIGINT/SIGTERM stop it,
  * killing every sandbox first.
  */
@@ -27,6 +28,7 @@ const { values } = parseArgs({
     root: { type: 'string' },
     'grace-ms': { type: 'string' },
     seed: { type: 'string' },
+    'platform-compatible': { type: 'boolean' },
   },
   strict: true,
 });
@@ -38,8 +40,11 @@ const provisioner = await startProvisioner({
   host: values.host,
   graceMs: integerOption('grace-ms', values['grace-ms']),
   seed: integerOption('seed', values.seed),
+  mode: values['platform-compatible'] ? 'platform' : 'contract',
 });
-console.log(`provisioner listening on ${provisioner.url} (sandboxes under ${provisioner.rootDir})`);
+console.log(
+  `provisioner (${provisioner.mode} mode) listening on ${provisioner.url} (sandboxes under ${provisioner.rootDir})`,
+);
 
 let stopping = false;
 async function shutdown(signal: NodeJS.Signals): Promise<void> {

@@ -5,6 +5,7 @@ import {
   createSandbox,
   deleteSandbox,
   getSandbox,
+  listSandboxes,
   parseCreateSandboxBody,
   type SandboxUrlOf,
 } from './api.ts';
@@ -22,7 +23,13 @@ import {
 } from './http-io.ts';
 import { parseRoute, type Route } from './routes.ts';
 import type { SandboxRegistry } from './sandboxes.ts';
-import { type ApiMethod, AUDIT_OUTCOME, type AuditEntry, type RequestListener } from './types.ts';
+import {
+  type ApiMethod,
+  AUDIT_OUTCOME,
+  type AuditEntry,
+  type ProvisionerMode,
+  type RequestListener,
+} from './types.ts';
 
 /** One API request being handled. */
 export interface ApiRequest {
@@ -40,6 +47,7 @@ export interface PipelineDependencies {
   readonly audit: AuditLog;
   readonly listeners: ReadonlySet<RequestListener>;
   readonly urlOf: SandboxUrlOf;
+  readonly mode: ProvisionerMode;
 }
 
 /**
@@ -51,7 +59,7 @@ export interface PipelineDependencies {
  * no sandbox is ever left half-deleted.
  */
 export function createApiPipeline(deps: PipelineDependencies) {
-  const { registry, faults, audit, listeners, urlOf } = deps;
+  const { registry, faults, audit, listeners, urlOf, mode } = deps;
 
   async function serve(api: ApiRequest, response: ServerResponse, query: URLSearchParams): Promise<void> {
     const { entry, request } = api;
@@ -132,8 +140,10 @@ export function createApiPipeline(deps: PipelineDependencies) {
         return createSandbox(registry, createBody!, urlOf);
       case 'get-sandbox':
         return getSandbox(registry, route.sandboxId, urlOf);
+      case 'list-live-sandboxes':
+        return listSandboxes(registry, urlOf, mode);
       case 'delete-sandbox':
-        return deleteSandbox(registry, route.sandboxId, route.generation);
+        return deleteSandbox(registry, route.sandboxId, route.generation, mode);
       default:
         return { status: 404, body: { error: 'not found' } };
     }

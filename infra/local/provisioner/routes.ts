@@ -6,6 +6,7 @@ const SANDBOX_PATH_PREFIX = `${SANDBOXES_PATH}/`;
 /** A request, identified by method and path; one case per thing the server can do. */
 export type Route =
   | { readonly kind: 'create-sandbox' }
+  | { readonly kind: 'list-live-sandboxes' }
   | { readonly kind: 'get-sandbox'; readonly sandboxId: string }
   | { readonly kind: 'delete-sandbox'; readonly sandboxId: string; readonly generation: number | undefined }
   | { readonly kind: 'set-fault' }
@@ -42,7 +43,9 @@ export function splitTarget(rawUrl: string | undefined): { path: string; query: 
  */
 export function parseRoute(method: string, path: string, query: URLSearchParams): Route {
   if (path === SANDBOXES_PATH) {
-    return method === 'POST' ? { kind: 'create-sandbox' } : { kind: 'method-not-allowed', allow: ['POST'] };
+    if (method === 'POST') return { kind: 'create-sandbox' };
+    if (method === 'GET') return { kind: 'list-live-sandboxes' };
+    return { kind: 'method-not-allowed', allow: ['GET', 'POST'] };
   }
   if (path.startsWith(SANDBOX_PATH_PREFIX)) {
     const encodedId = path.slice(SANDBOX_PATH_PREFIX.length);

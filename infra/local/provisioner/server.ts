@@ -11,11 +11,26 @@ import { sendError } from './http-io.ts';
 import { type ApiRequest, createApiPipeline } from './pipeline.ts';
 import { parseRoute, splitTarget } from './routes.ts';
 import { isProcessAlive, SandboxRegistry } from './sandboxes.ts';
-import { AUDIT_OUTCOME, type AuditEntry, type RequestListener, type SandboxInfo } from './types.ts';
+import {
+  AUDIT_OUTCOME,
+  type AuditEntry,
+  PROVISIONER_MODE,
+  type ProvisionerMode,
+  type RequestListener,
+  type SandboxInfo,
+} from './types.ts';
 
 export type { Fault, FaultProfile } from './faults.ts';
 export { isProcessAlive } from './sandboxes.ts';
-export type { AuditEntry, AuditOutcome, RequestInfo, RequestListener, SandboxInfo } from './types.ts';
+export type {
+  AuditEntry,
+  AuditOutcome,
+  ProvisionerMode,
+  RequestInfo,
+  RequestListener,
+  SandboxInfo,
+} from './types.ts';
+export { PROVISIONER_MODE } from './types.ts';
 
 /** Options of `startProvisioner`. */
 export interface ProvisionerOptions {
@@ -33,6 +48,8 @@ export interface ProvisionerOptions {
   readonly auditLimit?: number;
   /** Sandboxes ignore SIGTERM, so every stop takes the grace period and ends in SIGKILL. */
   readonly sandboxIgnoresSigterm?: boolean;
+  /** `contract` (the default) or `platform`: see `ProvisionerMode`. */
+  readonly mode?: ProvisionerMode;
 }
 
 /** A running local provisioner (contract §3) whose sandboxes are real child processes. */
@@ -41,6 +58,7 @@ export interface LocalProvisioner {
   readonly url: string;
   readonly port: number;
   readonly rootDir: string;
+  readonly mode: ProvisionerMode;
   /** Adds a fault for a sandbox id, or for every request with `'*'`. */
   setFault(target: string, fault: Fault): void;
   /** Removes every fault (or those of `target`) and the profile; hung requests they hold are then handled normally. */
@@ -75,6 +93,7 @@ const optionsSchema = z.strictObject({
   seed: z.number().int().optional(),
   auditLimit: z.number().int().positive().optional(),
   sandboxIgnoresSigterm: z.boolean().optional(),
+  mode: z.enum([PROVISIONER_MODE.contract, PROVISIONER_MODE.platform]).optional(),
 });
 
 /** Starts a provisioner; it listens before this resolves. Throws on invalid options. */
@@ -94,7 +113,8 @@ export async function startProvisioner(options: ProvisionerOptions): Promise<Loc
   const active = new Set<ApiRequest>();
   let baseUrl = '';
   const urlOf: SandboxUrlOf = (sandboxId) => `${baseUrl}/sandboxes/${encodeURIComponent(sandboxId)}`;
-  const pipeline = createApiPipeline({ registry, faults, audit, listeners, urlOf });
+  const mode = options.mode ?? PROVISIONER_MODE.contract;
+  const pipeline = createApiPipeline({ registry, faults, audit, listeners, urlOf, mode });
 
   const server = createServer((request, response) => {
     // An aborted upload emits 'error' on the request; unheard, it would crash the provisioner.
@@ -174,6 +194,7 @@ export async function startProvisioner(options: ProvisionerOptions): Promise<Loc
     url: baseUrl,
     port,
     rootDir,
+    mode,
     setFault: (target, fault) => faults.set(target, fault),
     clearFaults: (target) => faults.clear(target),
     setFaultProfile: (profile) => faults.setProfile(profile),

@@ -16,6 +16,20 @@
  *   request is answered, aborted by the client, reset by a fault or still hung at stop.
  */
 
+/**
+ * Which provisioner the local one behaves like.
+ *
+ * - `contract`: the contract's provisioner (section 3), with the generation guard: a DELETE names
+ *   a generation and touches only that one (`409 {"current_generation"}` otherwise).
+ * - `platform`: the platform's provisioner as it is deployed today. Its DELETE ignores any
+ *   `generation` and removes whatever sandbox has that id, answering `200 {"ok": true,
+ *   "sandbox_id"}` even when there was none; its list carries no generation. POST reuses a live
+ *   sandbox in both modes. POST and GET of one sandbox still report the generation the local
+ *   provisioner counts, so the local platform simulator can record it.
+ */
+export const PROVISIONER_MODE = { contract: 'contract', platform: 'platform' } as const;
+export type ProvisionerMode = (typeof PROVISIONER_MODE)[keyof typeof PROVISIONER_MODE];
+
 /** The HTTP methods the provisioner API serves; faults filter on them. */
 export const API_METHOD = { GET: 'GET', POST: 'POST', DELETE: 'DELETE' } as const;
 export type ApiMethod = (typeof API_METHOD)[keyof typeof API_METHOD];

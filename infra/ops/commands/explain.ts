@@ -41,6 +41,14 @@ function render(explanation: Explanation): string {
         ? `${scope.sandbox.sandboxId} generation ${scope.sandbox.generation}, ${scope.sandbox.releasedAt ? `released at ${scope.sandbox.releasedAt}` : 'live'}`
         : 'none recorded',
     ),
+    ...(scope.deleteInFlight
+      ? [
+          field(
+            'delete in flight',
+            `until ${scope.deleteInFlight.until}: sandbox ${orDash(scope.deleteInFlight.sandboxId)} generation ${orDash(scope.deleteInFlight.generation)} (release of run ${orDash(scope.deleteInFlight.runId)})`,
+          ),
+        ]
+      : []),
     field('active runs', runs(scope.activeRuns)),
     field('active descendants', runs(scope.activeDescendants)),
     field('other fences', scope.otherFences.length ? scope.otherFences.join(', ') : 'none'),

@@ -7,19 +7,28 @@ import { formatAge, isoTime, orDash, plural, renderTable } from '../format.ts';
  * `fences`: the pending fences, oldest first, with the scope's live sandbox generation;
  * `fences --history`: the forced clears, newest first. Only root runs own a fence (a subagent's
  * flag blocks nothing: `runtime_cleanup_blocked` ignores it), so only they are listed.
+ *
+ * Oldest by the age the sweeper uses: from `runtime_cleanup_pending_since`, or, where a write
+ * bypassed the trigger and left it NULL, from when the run finished (else its last update). The
+ * rows come from an index in that order (migration 006); the total is a separate count of the
+ * same partial index, not a window over every pending fence joined to its sandbox.
  */
-const PENDING_FENCES = `
+/** Exported, with the count below, for the plan tests (test/integration/fence-scale.test.ts). */
+export const PENDING_FENCES = `
   SELECT r.id, r.uid, r.runtime_scope_id, r.run_type, r.status,
          r.runtime_cleanup_pending_since AS pending_since,
-         extract(epoch FROM now() - r.runtime_cleanup_pending_since)::float8 AS age_seconds,
+         extract(epoch FROM now() - coalesce(r.runtime_cleanup_pending_since, r.finished_at, r.updated_at))::float8
+           AS age_seconds,
          r.runtime_cleanup_announced_at AS announced_at,
-         s.sandbox_id, s.generation::text AS generation, s.released_at,
-         count(*) OVER ()::int AS total
+         s.sandbox_id, s.generation::text AS generation, s.released_at
   FROM agent_runs r
   LEFT JOIN sandbox_runtimes s ON s.uid = r.uid AND s.runtime_scope_id = r.runtime_scope_id
   WHERE r.runtime_cleanup_pending AND r.run_type <> 'subagent'
-  ORDER BY r.runtime_cleanup_pending_since NULLS FIRST, r.id
+  ORDER BY coalesce(r.runtime_cleanup_pending_since, r.finished_at, r.updated_at), r.id
   LIMIT $1::int`;
+
+export const COUNT_PENDING_FENCES = `
+  SELECT count(*)::int AS total FROM agent_runs WHERE runtime_cleanup_pending AND run_type <> 'subagent'`;
 
 const DEFAULT_LIMIT = 50;
 const MAX_LIMIT = 10_000;
@@ -50,7 +59,6 @@ interface FenceRow {
   sandbox_id: string | null;
   generation: string | null;
   released_at: Date | null;
-  total: number;
 }
 
 export async function listPendingFences(
@@ -58,8 +66,9 @@ export async function listPendingFences(
   limit: number,
 ): Promise<{ fences: PendingFence[]; total: number }> {
   const { rows } = await db.query<FenceRow>(PENDING_FENCES, [limit]);
+  const counted = await db.query<{ total: number }>(COUNT_PENDING_FENCES);
   return {
-    total: rows[0]?.total ?? 0,
+    total: counted.rows[0]!.total,
     fences: rows.map((row) => ({
       runId: row.id,
       uid: row.uid,

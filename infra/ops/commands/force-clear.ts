@@ -1,5 +1,4 @@
 import { userInfo } from 'node:os';
-import { redactUrl } from '../../../functions/adapters/config.ts';
 import { MetricName } from '../../../functions/adapters/metric-names.ts';
 import { publishCleaned } from '../../../functions/adapters/publish.ts';
 import { QueueName } from '../../../functions/adapters/queues.ts';
@@ -53,16 +52,20 @@ function sandboxOf(plan: ForceClearPlan): ForceClearOutput['sandbox'] {
     : null;
 }
 
-function manualCleanupLines(output: ForceClearOutput, provisionerUrl: string | undefined): string[] {
+/**
+ * What the operator must know about the sandbox the fence was for. No raw `DELETE` is printed any
+ * more: once the fence is down a run may be admitted and handed that very sandbox (the platform's
+ * provisioner reuses a live container, and its DELETE ignores the generation), so a hand-sent
+ * DELETE can remove a running run's sandbox.
+ */
+function leftBehindLines(output: ForceClearOutput): string[] {
   if (!output.sandbox) return ['The scope had no live sandbox generation: nothing can be left behind.'];
   const { sandboxId, generation } = output.sandbox;
-  const base = provisionerUrl ? redactUrl(provisionerUrl).replace(/\/$/, '') : '$SANDBOX_PROVISIONER_URL';
   return [
-    `Sandbox ${sandboxId} generation ${generation} may still exist: nothing confirmed its deletion.`,
-    // The next run of the scope would reuse a live generation, and a stale release of the old run
-    // (a redrive, a late delivery) names that same generation: it must be gone before then.
-    'Remove it by hand before the scope is used again (the generation guard makes this touch only that generation):',
-    `  curl -X DELETE '${base}/api/sandboxes/${encodeURIComponent(sandboxId)}?generation=${generation}'`,
+    `Sandbox ${sandboxId} generation ${generation} was not confirmed deleted. It stays recorded as the scope's live`,
+    "sandbox (not released), so the scope's next cleanup deletes it: another fenced run's, or the next run's when it ends.",
+    'Until then the provisioner may hand it to a run admitted to the scope.',
+    'Do not delete it by hand with a DELETE to the provisioner: a run admitted since may be using it.',
   ];
 }
 
@@ -71,9 +74,11 @@ export const forceClearCommand: Command = {
   arguments: [{ name: 'runId' }],
   summary: 'clear a fence by hand, audited (dry run unless --yes)',
   details: [
-    'Re-checks under the scope lock that the run is a terminal root run with a pending fence and',
-    'that no run is active in its scope; then clears the fence, marks the live generation released',
-    'and writes an audit row, in one transaction. Publishes runtime-cleaned with forced: true.',
+    'Re-checks under the scope lock that the run is a terminal root run with a pending fence, that',
+    'no run is active in its scope and that no release DELETE may still be in flight for it (exit 4',
+    'with the time it may end, otherwise); then clears that one fence and writes an audit row, in one',
+    'transaction. The sandbox generation stays recorded as live: the next cleanup of the scope deletes',
+    'it. Publishes runtime-cleaned with forced: true.',
   ].join('\n'),
   options: {
     reason: {
@@ -122,12 +127,9 @@ export const forceClearCommand: Command = {
       const lines = [
         `Dry run: nothing was changed. With --yes, force-clear would, in one transaction under the scope's lock:`,
         `  - clear the fence of ${identity}`,
-        output.sandbox
-          ? `  - mark sandbox ${output.sandbox.sandboxId} generation ${output.sandbox.generation} released (without deleting it)`
-          : '  - (the scope has no live sandbox generation to mark released)',
         `  - record the override: actor ${JSON.stringify(actor)}, reason ${JSON.stringify(plan.reason)}`,
         `then publish ${QueueName.RUNTIME_CLEANED} with forced: true.`,
-        ...manualCleanupLines(output, context.config.provisionerUrl),
+        ...leftBehindLines(output),
       ];
       return { result: output, text: lines.join('\n') };
     }
@@ -164,7 +166,7 @@ export const forceClearCommand: Command = {
       output.published
         ? `  published  ${QueueName.RUNTIME_CLEANED} (forced: true), message ${output.published.messageId}`
         : `  published  NOTHING: ${QueueName.RUNTIME_CLEANED} could not be sent`,
-      ...manualCleanupLines(output, context.config.provisionerUrl),
+      ...leftBehindLines(output),
     ];
     return {
       result: output,

@@ -21,6 +21,12 @@ export interface CleanupConfig {
   /** Bounds for every cleanup transaction (`SET LOCAL`), so a stuck lock fails fast instead of piling up. */
   databaseLockTimeoutMs: number;
   databaseStatementTimeoutMs: number;
+  /**
+   * Client-side bounds, so a database that never answers fails one record in time instead of
+   * hanging the invocation: getting a connection (pool slot included), and one statement's answer.
+   */
+  databaseConnectTimeoutMs: number;
+  databaseQueryTimeoutMs: number;
 }
 
 export const CONFIG_DEFAULTS = {
@@ -33,7 +39,19 @@ export const CONFIG_DEFAULTS = {
   FENCE_SWEEP_INTERVAL_SECONDS: 60,
   DATABASE_LOCK_TIMEOUT_MS: 5_000,
   DATABASE_STATEMENT_TIMEOUT_MS: 15_000,
+  // Connect + query timeout (25 s) leaves DATABASE_FAILURE_REPORT_MARGIN_MS of the shortest
+  // consumer timeout (30 s, infra/queues.json); check-config and packaging check it.
+  DATABASE_CONNECT_TIMEOUT_MS: 5_000,
+  DATABASE_QUERY_TIMEOUT_MS: 20_000,
 } as const;
+
+/**
+ * What a consumer needs after a database operation failed on its bounds, to set the record's retry
+ * delay (or dead-letter it) and return the partial batch response before Lambda's deadline. A
+ * hung connect or statement fails within connect + query timeout (a timeout is never retried
+ * in-process), so that sum plus this margin must fit the shortest consumer function timeout.
+ */
+export const DATABASE_FAILURE_REPORT_MARGIN_MS = 5_000;
 
 type Env = Readonly<Record<string, string | undefined>>;
 
@@ -95,6 +113,17 @@ export function loadConfig(env: Env = process.env): CleanupConfig {
       `must be at least CLEANUP_RETRY_BASE_SECONDS (${retryBaseSeconds})`,
     );
   }
+  const databaseStatementTimeoutMs = positiveInteger(env, 'DATABASE_STATEMENT_TIMEOUT_MS');
+  const databaseQueryTimeoutMs = positiveInteger(env, 'DATABASE_QUERY_TIMEOUT_MS');
+  if (databaseQueryTimeoutMs <= databaseStatementTimeoutMs) {
+    // The server's statement_timeout must end a slow statement first: it reports a clean error on a
+    // connection that stays usable, where the client's timeout has to throw the connection away.
+    throw new ConfigError(
+      'DATABASE_QUERY_TIMEOUT_MS',
+      String(env.DATABASE_QUERY_TIMEOUT_MS ?? databaseQueryTimeoutMs),
+      `must be greater than DATABASE_STATEMENT_TIMEOUT_MS (${databaseStatementTimeoutMs})`,
+    );
+  }
   return {
     databaseUrl: optionalUrl(env, 'DATABASE_URL'),
     provisionerUrl: optionalUrl(env, 'SANDBOX_PROVISIONER_URL'),
@@ -108,7 +137,9 @@ export function loadConfig(env: Env = process.env): CleanupConfig {
     sqsEndpoint: optionalUrl(env, 'AWS_ENDPOINT_URL_SQS'),
     queueNamePrefix: env.QUEUE_NAME_PREFIX?.trim() ?? '',
     databaseLockTimeoutMs: positiveInteger(env, 'DATABASE_LOCK_TIMEOUT_MS'),
-    databaseStatementTimeoutMs: positiveInteger(env, 'DATABASE_STATEMENT_TIMEOUT_MS'),
+    databaseStatementTimeoutMs,
+    databaseConnectTimeoutMs: positiveInteger(env, 'DATABASE_CONNECT_TIMEOUT_MS'),
+    databaseQueryTimeoutMs,
   };
 }
 

@@ -297,6 +297,8 @@ async function startServices(input: {
     maxConnections: PLATFORM_POOL_SIZE,
     lockTimeoutMs: config.databaseLockTimeoutMs,
     statementTimeoutMs: config.databaseStatementTimeoutMs,
+    connectTimeoutMs: config.databaseConnectTimeoutMs,
+    queryTimeoutMs: config.databaseQueryTimeoutMs,
   });
   teardown.push({ what: 'platform pool', run: () => platformDb.end() });
   return { stack, platformDb, postgres, postmasterPid };

@@ -69,7 +69,7 @@ const RETRYABLE_SQLSTATES = new Set<string>([
 export function translateDatabaseError(error: unknown): unknown {
   if (isCleanupError(error)) return error;
   const sqlstate = (error as { code?: unknown })?.code;
-  const message = error instanceof Error ? error.message : String(error);
+  const message = describeCause(error);
   if (sqlstate === SQLSTATE.LOCK_NOT_AVAILABLE || sqlstate === SQLSTATE.QUERY_CANCELED) {
     return new DatabaseLockTimeoutError(
       `database lock or statement timeout: ${message}`,
@@ -85,6 +85,19 @@ export function translateDatabaseError(error: unknown): unknown {
     return new DatabaseUnavailableError(`database connection failed: ${message}`, {}, { cause: error });
   }
   return error;
+}
+
+/**
+ * The words of a driver failure. A WebSocket failure reaches us as the `ws` library's ErrorEvent,
+ * not an Error: printed as it is, an operator read "[object Object]" instead of "getaddrinfo
+ * ENOTFOUND db.example".
+ */
+function describeCause(error: unknown): string {
+  if (error instanceof Error) return error.message;
+  const event = error as { message?: unknown; error?: unknown } | null | undefined;
+  if (typeof event?.message === 'string' && event.message) return event.message;
+  if (event?.error instanceof Error) return event.error.message;
+  return String(error);
 }
 
 let inProcessBridge: Promise<{ address: string; close(): Promise<void> }> | undefined;

@@ -1,4 +1,5 @@
 import { ConfigError } from './errors.ts';
+import { redactConnectionString } from './redact.ts';
 
 /**
  * Configuration, parsed and validated once at cold start. The names, defaults and rules are the
@@ -77,20 +78,12 @@ function optionalUrl(env: Env, name: string): string | undefined {
   return raw.trim();
 }
 
-/** Hides the password (and any token-like query value) of a URL so it can be printed. */
+/**
+ * A connection string or URL as it may be printed: its password and token-like query values
+ * hidden, in URL or keyword form (the one implementation is `redactConnectionString`).
+ */
 export function redactUrl(raw: string): string {
-  try {
-    const url = new URL(raw);
-    if (url.password) url.password = '***';
-    for (const key of [...url.searchParams.keys()]) {
-      if (/pass|secret|token|key|sig/i.test(key)) url.searchParams.set(key, '***');
-    }
-    return url.toString();
-  } catch {
-    // Up to the LAST '@': a password may hold a raw '@' (URL parsers accept it), and stopping at
-    // the first one printed the rest of the password. Hiding too much here costs nothing.
-    return raw.replace(/\/\/([^:/@]*):[\s\S]*@/, '//$1:***@');
-  }
+  return redactConnectionString(raw);
 }
 
 export function loadConfig(env: Env = process.env): CleanupConfig {

@@ -125,7 +125,8 @@ function redactAssignments(text: string): string {
     while (i < text.length && SPACE.test(text[i]!)) i += 1;
     if (text[i] !== '=' && text[i] !== ':') continue;
     i += 1;
-    while (i < text.length && SPACE.test(text[i]!)) i += 1;
+    // libpq skips any whitespace after the '=', line breaks included: so does this.
+    while (i < text.length && isBlank(text[i])) i += 1;
     const valueStart = i;
     if (text[i] === "'" || text[i] === '"') i = quotedEnd(text, i);
     else while (i < text.length && !isBlank(text[i])) i += 1;

@@ -76,6 +76,7 @@ describe('redactSecrets: keyword/value connection strings and assignments', () =
     ['a colon separator', 'PASSWORD: s3cr3t; user=app', 'PASSWORD: *** user=app'],
     ['sslpassword', 'sslpassword=s3cr3t sslmode=verify-full', 'sslpassword=*** sslmode=verify-full'],
     ['passwd', 'passwd=s3cr3t done', 'passwd=*** done'],
+    ['a value on the next line', 'password =\n  s3cr3t user=app', 'password =\n  *** user=app'],
   ])('hides %s', (_name, text, expected) => {
     const redacted = redactSecrets(text);
     expect(redacted).not.toMatch(/s3cr3t|pw'|pw"/);

@@ -14,10 +14,10 @@ const KEYWORD_DSN = `host=db.invalid port=5432 user=app password='${SECRET} pw' 
 const URL_DSN_BAD_HOST = `postgres://app:${SECRET}@db.invalid:5432/app`;
 const URL_DSN_UNPARSABLE = `postgres://app:${SECRET} p@w@db.invalid:99999/app`;
 
+/** Every entry point that reads DATABASE_URL; each is a process start (tsx), so few runs each. */
 const COMMANDS = {
   migrate: ['infra/migrate-cli.ts'],
-  'ops check-config': ['infra/ops/cli.ts', 'check-config'],
-  'ops fences': ['infra/ops/cli.ts', 'fences'],
+  ops: ['infra/ops/cli.ts', 'fences'],
   stack: ['infra/local/stack-cli.ts'],
   'npm start': ['infra/local/demo/cli.ts', '--runs', '1'],
 } as const;
@@ -67,7 +67,7 @@ describe('a URL-form DSN', () => {
     expect(output).not.toContain(SECRET);
   });
 
-  it.each(Object.keys(COMMANDS) as Array<keyof typeof COMMANDS>)(
+  it.each(['migrate', 'ops'] as const)(
     '%s refuses a URL that does not parse (a blank and an @ in the password), printing no password',
     async (command) => {
       const result = await run(command, URL_DSN_UNPARSABLE);

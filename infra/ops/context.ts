@@ -21,6 +21,11 @@ export type Env = Readonly<Record<string, string | undefined>>;
 /** The same default as `npm run migrate`: the machine's own PostgreSQL. */
 export const DEFAULT_DATABASE_URL = 'postgres://postgres@127.0.0.1:5432/postgres';
 
+/**
+ * An operator is not under a Lambda deadline: a connect gets at least this long (a Neon compute
+ * waking from suspend, a SCRAM handshake on a busy machine) before the CLI answers "unreachable".
+ */
+const OPERATOR_CONNECT_TIMEOUT_MS = 10_000;
 const CLOSE_TIMEOUT_MS = 2_000;
 
 /** SQLSTATEs of a database that answers but was never migrated (undefined table, function, column). */
@@ -53,7 +58,7 @@ export function createOpsContext(env: Env): OpsContext {
       maxConnections: 4,
       lockTimeoutMs: config.databaseLockTimeoutMs,
       statementTimeoutMs: config.databaseStatementTimeoutMs,
-      connectTimeoutMs: config.databaseConnectTimeoutMs,
+      connectTimeoutMs: Math.max(config.databaseConnectTimeoutMs, OPERATOR_CONNECT_TIMEOUT_MS),
       queryTimeoutMs: config.databaseQueryTimeoutMs,
     });
     const checked = withSchemaCheck(db);

@@ -6,8 +6,8 @@ import type { Database } from '../../functions/adapters/database.ts';
  * 57P01. Each tick waits a random 0–`maxPauseMs` and then picks its victims by what they are
  * doing, so that every moment of a connection's life gets hit:
  *
- * - `starting`: the newest backends (started in the last few milliseconds, usually still in
- *   their startup or first statement): a FATAL right at connect, possibly in the same frame as
+ * - `starting`: backends still authenticating, not yet past their first statement, or started
+ *   in the last few milliseconds: a FATAL right at connect, possibly in the same frame as
  *   ReadyForQuery;
  * - `idle in transaction`: between BEGIN and COMMIT, the client parked between two statements;
  * - `active`: in the middle of a statement;
@@ -30,11 +30,16 @@ const TERMINATE_BY_STATE = `
     ORDER BY random() LIMIT $3::int
   ) victims`;
 
+/**
+ * A backend still starting: authenticating (a SCRAM handshake takes the client a while), or
+ * connected but not yet sent its first statement, or started in the last few milliseconds.
+ */
 const TERMINATE_NEWEST = `
   SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))::int AS killed FROM (
     SELECT pid FROM pg_stat_activity
     WHERE application_name = $1::text AND pid <> pg_backend_pid()
-      AND backend_start > clock_timestamp() - interval '20 milliseconds'
+      AND (state IS NULL OR query = '' OR backend_start > clock_timestamp() - interval '20 milliseconds')
+    ORDER BY backend_start DESC
     LIMIT $2::int
   ) victims`;
 

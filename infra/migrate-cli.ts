@@ -13,6 +13,8 @@ async function main(): Promise<void> {
     lockTimeoutMs: config.databaseLockTimeoutMs,
     // Migrations may rewrite tables: give them longer than a cleanup transaction gets.
     statementTimeoutMs: Math.max(config.databaseStatementTimeoutMs, 300_000),
+    // The query timeout then defaults to that statement timeout plus a margin.
+    connectTimeoutMs: config.databaseConnectTimeoutMs,
   });
   try {
     const applied = await migrate(db);

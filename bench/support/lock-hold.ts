@@ -37,6 +37,7 @@ export function withLockHoldProbe(
   return {
     stats: db.stats,
     query: (text, values) => db.query(text, values),
+    queryOnce: (text, values) => db.queryOnce(text, values),
     end: () => db.end(),
     async withTransaction(work) {
       const started = performance.now();

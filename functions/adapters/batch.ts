@@ -51,11 +51,39 @@ export interface ConsumerOptions {
 const MAX_REASON_LENGTH = 1000;
 const UNEXPECTED = 'UNEXPECTED';
 
-function failureFacts(error: unknown): { code: string; retryable: boolean; message: string } {
-  if (isCleanupError(error)) return { code: error.code, retryable: error.retryable, message: error.message };
+function failureFacts(error: unknown): {
+  code: string;
+  retryable: boolean;
+  message: string;
+  retryAfterSeconds?: number | undefined;
+} {
+  if (isCleanupError(error)) {
+    return {
+      code: error.code,
+      retryable: error.retryable,
+      message: error.message,
+      retryAfterSeconds: error.retryAfterSeconds,
+    };
+  }
   // A bug or an error nobody classified: retry it (with backoff), it dead-letters when exhausted.
   const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
   return { code: UNEXPECTED, retryable: true, message };
+}
+
+/**
+ * The visibility delay before a failed record comes back: its backoff, or the failing side's
+ * Retry-After when that asks for longer — never beyond CLEANUP_RETRY_MAX_SECONDS, so a hostile or
+ * mistaken Retry-After (a day, a year) cannot park a fence for longer than the cap allows.
+ */
+export function retryDelaySeconds(
+  receiveCount: number,
+  retryAfterSeconds: number | undefined,
+  policy: { baseSeconds: number; maxSeconds: number },
+  random?: () => number,
+): number {
+  const backoff = backoffSeconds(receiveCount, policy, random);
+  if (retryAfterSeconds === undefined || !Number.isFinite(retryAfterSeconds)) return backoff;
+  return Math.max(backoff, Math.min(Math.ceil(retryAfterSeconds), policy.maxSeconds));
 }
 
 export function createSqsConsumer(
@@ -92,7 +120,10 @@ export function createSqsConsumer(
     return reason;
   };
 
-  /** `retryDelays`: per message group, the backoff given to its failed record in this batch. */
+  /**
+   * `retryDelays`: per message group, the delay given to its failed record in this batch (its
+   * backoff or Retry-After), which the group's skipped records then share.
+   */
   const handleRecord = async (record: SQSRecord, context: Context, retryDelays: Map<string, number>) => {
     const receiveCount = Number(record.attributes.ApproximateReceiveCount ?? '1') || 1;
     const logger = telemetry.logger.createChild({
@@ -113,13 +144,14 @@ export function createSqsConsumer(
         logger.error('message dead-lettered', { errorCode: facts.code, reason, exhausted });
         return;
       }
-      const delaySeconds = backoffSeconds(receiveCount, policy);
+      const delaySeconds = retryDelaySeconds(receiveCount, facts.retryAfterSeconds, policy);
       retryDelays.set(record.attributes.MessageGroupId ?? '', delaySeconds);
       telemetry.count(MetricName.RETRY_SCHEDULED, { queue: options.queue, errorCode: facts.code });
       logger.warn('attempt failed; will retry', {
         errorCode: facts.code,
         error: facts.message,
         retryInSeconds: delaySeconds,
+        ...(facts.retryAfterSeconds !== undefined ? { retryAfterSeconds: facts.retryAfterSeconds } : {}),
         ...(facts.code === UNEXPECTED && error instanceof Error ? { stack: error.stack } : {}),
       });
       try {

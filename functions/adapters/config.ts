@@ -1,4 +1,5 @@
 import { ConfigError } from './errors.ts';
+import { redactConnectionString } from './redact.ts';
 
 /**
  * Configuration, parsed and validated once at cold start. The names, defaults and rules are the
@@ -21,6 +22,12 @@ export interface CleanupConfig {
   /** Bounds for every cleanup transaction (`SET LOCAL`), so a stuck lock fails fast instead of piling up. */
   databaseLockTimeoutMs: number;
   databaseStatementTimeoutMs: number;
+  /**
+   * Client-side bounds, so a database that never answers fails one record in time instead of
+   * hanging the invocation: getting a connection (pool slot included), and one statement's answer.
+   */
+  databaseConnectTimeoutMs: number;
+  databaseQueryTimeoutMs: number;
 }
 
 export const CONFIG_DEFAULTS = {
@@ -33,7 +40,19 @@ export const CONFIG_DEFAULTS = {
   FENCE_SWEEP_INTERVAL_SECONDS: 60,
   DATABASE_LOCK_TIMEOUT_MS: 5_000,
   DATABASE_STATEMENT_TIMEOUT_MS: 15_000,
+  // Connect + query timeout (25 s) leaves DATABASE_FAILURE_REPORT_MARGIN_MS of the shortest
+  // consumer timeout (30 s, infra/queues.json); check-config and packaging check it.
+  DATABASE_CONNECT_TIMEOUT_MS: 5_000,
+  DATABASE_QUERY_TIMEOUT_MS: 20_000,
 } as const;
+
+/**
+ * What a consumer needs after a database operation failed on its bounds, to set the record's retry
+ * delay (or dead-letter it) and return the partial batch response before Lambda's deadline. A
+ * hung connect or statement fails within connect + query timeout (a timeout is never retried
+ * in-process), so that sum plus this margin must fit the shortest consumer function timeout.
+ */
+export const DATABASE_FAILURE_REPORT_MARGIN_MS = 5_000;
 
 type Env = Readonly<Record<string, string | undefined>>;
 
@@ -59,20 +78,12 @@ function optionalUrl(env: Env, name: string): string | undefined {
   return raw.trim();
 }
 
-/** Hides the password (and any token-like query value) of a URL so it can be printed. */
+/**
+ * A connection string or URL as it may be printed: its password and token-like query values
+ * hidden, in URL or keyword form (the one implementation is `redactConnectionString`).
+ */
 export function redactUrl(raw: string): string {
-  try {
-    const url = new URL(raw);
-    if (url.password) url.password = '***';
-    for (const key of [...url.searchParams.keys()]) {
-      if (/pass|secret|token|key|sig/i.test(key)) url.searchParams.set(key, '***');
-    }
-    return url.toString();
-  } catch {
-    // Up to the LAST '@': a password may hold a raw '@' (URL parsers accept it), and stopping at
-    // the first one printed the rest of the password. Hiding too much here costs nothing.
-    return raw.replace(/\/\/([^:/@]*):[\s\S]*@/, '//$1:***@');
-  }
+  return redactConnectionString(raw);
 }
 
 export function loadConfig(env: Env = process.env): CleanupConfig {
@@ -95,6 +106,17 @@ export function loadConfig(env: Env = process.env): CleanupConfig {
       `must be at least CLEANUP_RETRY_BASE_SECONDS (${retryBaseSeconds})`,
     );
   }
+  const databaseStatementTimeoutMs = positiveInteger(env, 'DATABASE_STATEMENT_TIMEOUT_MS');
+  const databaseQueryTimeoutMs = positiveInteger(env, 'DATABASE_QUERY_TIMEOUT_MS');
+  if (databaseQueryTimeoutMs <= databaseStatementTimeoutMs) {
+    // The server's statement_timeout must end a slow statement first: it reports a clean error on a
+    // connection that stays usable, where the client's timeout has to throw the connection away.
+    throw new ConfigError(
+      'DATABASE_QUERY_TIMEOUT_MS',
+      String(env.DATABASE_QUERY_TIMEOUT_MS ?? databaseQueryTimeoutMs),
+      `must be greater than DATABASE_STATEMENT_TIMEOUT_MS (${databaseStatementTimeoutMs})`,
+    );
+  }
   return {
     databaseUrl: optionalUrl(env, 'DATABASE_URL'),
     provisionerUrl: optionalUrl(env, 'SANDBOX_PROVISIONER_URL'),
@@ -108,7 +130,9 @@ export function loadConfig(env: Env = process.env): CleanupConfig {
     sqsEndpoint: optionalUrl(env, 'AWS_ENDPOINT_URL_SQS'),
     queueNamePrefix: env.QUEUE_NAME_PREFIX?.trim() ?? '',
     databaseLockTimeoutMs: positiveInteger(env, 'DATABASE_LOCK_TIMEOUT_MS'),
-    databaseStatementTimeoutMs: positiveInteger(env, 'DATABASE_STATEMENT_TIMEOUT_MS'),
+    databaseStatementTimeoutMs,
+    databaseConnectTimeoutMs: positiveInteger(env, 'DATABASE_CONNECT_TIMEOUT_MS'),
+    databaseQueryTimeoutMs,
   };
 }
 

@@ -2,7 +2,7 @@ import { neonConfig, Pool, type PoolClient } from '@neondatabase/serverless';
 import { WebSocket } from 'ws';
 import { isCleanupError } from '../cleanup/errors.ts';
 import type { Database, Executor } from '../cleanup/executor.ts';
-import { redactUrl } from './config.ts';
+import { CONFIG_DEFAULTS, redactUrl } from './config.ts';
 import { DatabaseLockTimeoutError, DatabaseUnavailableError } from './errors.ts';
 
 export type { Database, Executor };
@@ -24,9 +24,22 @@ export interface DatabaseOptions {
   maxConnections?: number;
   lockTimeoutMs: number;
   statementTimeoutMs: number;
+  /**
+   * Bounds getting a connection: the wait for a free pool slot, the WebSocket, startup and
+   * authentication (DATABASE_CONNECT_TIMEOUT_MS by default).
+   */
+  connectTimeoutMs?: number;
+  /**
+   * Bounds the answer to one statement, on the client side. Defaults to the statement timeout plus
+   * QUERY_TIMEOUT_MARGIN_MS, so the server's own `statement_timeout` ends a slow statement first.
+   */
+  queryTimeoutMs?: number;
   /** Called for errors on idle connections (e.g. a backend terminated while parked in the pool). */
   onIdleError?: (error: Error) => void;
 }
+
+/** How much longer than the statement timeout a client waits by default for a statement's answer. */
+export const QUERY_TIMEOUT_MARGIN_MS = 5_000;
 
 /**
  * PostgreSQL SQLSTATEs that change what the cleanup does. Everything in class 08 (connection
@@ -56,7 +69,7 @@ const RETRYABLE_SQLSTATES = new Set<string>([
 export function translateDatabaseError(error: unknown): unknown {
   if (isCleanupError(error)) return error;
   const sqlstate = (error as { code?: unknown })?.code;
-  const message = error instanceof Error ? error.message : String(error);
+  const message = describeCause(error);
   if (sqlstate === SQLSTATE.LOCK_NOT_AVAILABLE || sqlstate === SQLSTATE.QUERY_CANCELED) {
     return new DatabaseLockTimeoutError(
       `database lock or statement timeout: ${message}`,
@@ -72,6 +85,19 @@ export function translateDatabaseError(error: unknown): unknown {
     return new DatabaseUnavailableError(`database connection failed: ${message}`, {}, { cause: error });
   }
   return error;
+}
+
+/**
+ * The words of a driver failure. A WebSocket failure reaches us as the `ws` library's ErrorEvent,
+ * not an Error: printed as it is, an operator read "[object Object]" instead of "getaddrinfo
+ * ENOTFOUND db.example".
+ */
+function describeCause(error: unknown): string {
+  if (error instanceof Error) return error.message;
+  const event = error as { message?: unknown; error?: unknown } | null | undefined;
+  if (typeof event?.message === 'string' && event.message) return event.message;
+  if (event?.error instanceof Error) return event.error.message;
+  return String(error);
 }
 
 let inProcessBridge: Promise<{ address: string; close(): Promise<void> }> | undefined;
@@ -110,15 +136,60 @@ export async function closeInProcessBridge(): Promise<void> {
   if (bridge) await (await bridge).close();
 }
 
+/**
+ * Lost connections, and what keeps them from crashing the process.
+ *
+ * The driver (node-postgres inside `@neondatabase/serverless`) reports a dead connection as an
+ * `'error'` event on the Client: its WebSocket and its protocol `connection` emit into it, and it
+ * re-emits there — a FATAL the server sends (57P01 when Neon suspends or restarts a compute), a
+ * socket that closed, a WebSocket error. An `'error'` event with no listener throws, and
+ * uncaught it ends the process: in Lambda the whole batch fails and a release batch then waits out
+ * its 1,080 s visibility timeout. The pool listens only while a client is idle; it stops the moment
+ * it hands one over, and a promise-based `pool.connect()` resolves a microtask later, so a FATAL
+ * that arrives in the same WebSocket frame as ReadyForQuery (or between a client's release and its
+ * re-acquisition in one frame) is emitted while nobody listens. Reproduced with 30 workers and
+ * `pg_terminate_backend`: a crash within seconds. So every client gets a listener in the pool's
+ * `'connect'` event — emitted synchronously when the client is created, before it is handed over —
+ * and keeps it for its whole life. The listener only marks the client broken: the statement in
+ * flight fails by itself (the driver fails every queued query), and a broken client is discarded
+ * on release instead of going back to the pool.
+ */
+const brokenClients = new WeakMap<PoolClient, Error>();
+
+/** A bound ran out: retryable (the queue brings the record back), and never retried in-process. */
+function timeoutError(phase: 'connect' | 'query', timeoutMs: number): DatabaseUnavailableError {
+  return new DatabaseUnavailableError(
+    phase === 'connect'
+      ? `database connect timed out: no connection within ${timeoutMs} ms`
+      : `database query timed out: no answer within ${timeoutMs} ms`,
+    { timeout: phase, timeoutMs },
+  );
+}
+
 export async function openDatabase(options: DatabaseOptions): Promise<Database> {
   configureDriver(await resolveWsProxy(options));
+  const connectTimeoutMs = Math.trunc(
+    options.connectTimeoutMs ?? CONFIG_DEFAULTS.DATABASE_CONNECT_TIMEOUT_MS,
+  );
+  const queryTimeoutMs = Math.trunc(
+    options.queryTimeoutMs ?? options.statementTimeoutMs + QUERY_TIMEOUT_MARGIN_MS,
+  );
   const pool = new Pool({
     connectionString: options.url,
     max: options.maxConnections ?? 10,
     // An idle socket is likelier to be dead (frozen Lambda, proxy idle timeout) than reusable.
     idleTimeoutMillis: 30_000,
+    // The pool's own bound on a connect (and on a wait for a free slot): at it, the pool destroys
+    // the half-open connection and frees its slot. `acquire` below answers the caller at the same
+    // moment through its own timer, which the driver cannot delay.
+    connectionTimeoutMillis: connectTimeoutMs,
   });
-  // An idle client whose backend is terminated emits 'error' on the pool; unhandled, it would
+  pool.on('connect', (client: PoolClient) => {
+    client.on('error', (error: Error) => {
+      if (!brokenClients.has(client)) brokenClients.set(client, error);
+    });
+  });
+  // An idle client whose backend is terminated emits 'error' on the pool too; unhandled, it would
   // crash the process. The pool discards that client by itself.
   pool.on('error', (error: Error) => options.onIdleError?.(error));
   const lockTimeoutMs = Math.trunc(options.lockTimeoutMs);
@@ -126,75 +197,153 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
   // Built once from validated integers (never from message text): one round trip opens the
   // transaction and bounds it, and SET LOCAL also works behind a transaction-mode pooler.
   const beginStatement = `BEGIN; SET LOCAL lock_timeout = ${lockTimeoutMs}; SET LOCAL statement_timeout = ${statementTimeoutMs}`;
-  const stats = { queries: 0, transactions: 0 };
+  const stats = { queries: 0, transactions: 0, reconnects: 0 };
 
-  const run = async <Row>(target: Pool | PoolClient, text: string, values?: readonly unknown[]) => {
-    stats.queries += 1;
+  /**
+   * A pooled client within `connectTimeoutMs`, or a retryable DatabaseUnavailableError. Without the
+   * bound, a connect that is never answered (a compute that does not come back, a proxy that
+   * accepts and stalls) hangs the record until Lambda kills the invocation, and the whole batch
+   * gets no partial response. The timer starts before `pool.connect()`, so that at an equal
+   * deadline it fires before the pool's own and the caller is told "connect timed out".
+   */
+  const acquire = async (): Promise<PoolClient> => {
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(timeoutError('connect', connectTimeoutMs)), connectTimeoutMs);
+    });
+    const connecting = pool.connect();
     try {
-      const result = await target.query(text, values as unknown[] | undefined);
+      return await Promise.race([connecting, timedOut]);
+    } catch (error) {
+      // A connect that lost the race may still complete: that client goes back, discarded (it
+      // took longer than the bound, so its connection is suspect), and a late failure is dropped.
+      connecting.then(
+        (late) => late.release(new Error('connected after the connect timeout')),
+        () => {},
+      );
+      throw translateDatabaseError(error);
+    } finally {
+      clearTimeout(timer);
+    }
+  };
+
+  /**
+   * One statement on `client`, answered within `queryTimeoutMs` or failed with a retryable
+   * DatabaseUnavailableError. The server's own `statement_timeout` (shorter) normally ends a slow
+   * statement first, with a clean error on a connection that stays usable; this bound is for an
+   * answer that never comes (a dead network, a stalled proxy). The client is then marked broken:
+   * its unanswered statement still occupies it, and it must never be reused.
+   */
+  const send = async <Row>(client: PoolClient, text: string, values?: readonly unknown[]) => {
+    stats.queries += 1;
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        const error = timeoutError('query', queryTimeoutMs);
+        if (!brokenClients.has(client)) brokenClients.set(client, error);
+        reject(error);
+      }, queryTimeoutMs);
+    });
+    try {
+      const result = await Promise.race([client.query(text, values as unknown[] | undefined), timedOut]);
       return { rows: result.rows as Row[], rowCount: result.rowCount ?? 0 };
     } catch (error) {
       throw translateDatabaseError(error);
+    } finally {
+      clearTimeout(timer);
+    }
+  };
+
+  /**
+   * The connection error to discard `client` with, or undefined when it can go back to the pool
+   * (a SQL error, a lock timeout, a deadlock: the connection itself is fine).
+   */
+  const failureOf = (client: PoolClient, error: unknown): Error | undefined =>
+    brokenClients.get(client) ??
+    (isLostConnection(error) || isTimeout(error) ? (error as DatabaseUnavailableError) : undefined);
+
+  const queryOnce = async <Row>(text: string, values?: readonly unknown[]) => {
+    const client = await acquire();
+    let broken: Error | undefined;
+    try {
+      return await send<Row>(client, text, values);
+    } catch (error) {
+      broken = failureOf(client, error);
+      throw error;
+    } finally {
+      client.release(broken);
+    }
+  };
+
+  const transactOnce = async <T>(work: (tx: Executor) => Promise<T>): Promise<T> => {
+    const client = await acquire();
+    stats.transactions += 1;
+    let broken: Error | undefined;
+    try {
+      await send(client, beginStatement);
+      const result = await work({ query: (text, values) => send(client, text, values) });
+      await send(client, 'COMMIT');
+      return result;
+    } catch (error) {
+      broken = failureOf(client, error);
+      // A ROLLBACK on a dead client fails at once, and on a client whose statement timed out it
+      // would queue behind that statement forever: a discarded connection rolls back by itself.
+      if (!broken) {
+        try {
+          await send(client, 'ROLLBACK');
+        } catch (rollbackError) {
+          broken = rollbackError as Error;
+        }
+      }
+      throw error;
+    } finally {
+      client.release(broken);
+    }
+  };
+
+  /**
+   * Runs `attempt` once more on a fresh connection when its connection was lost (never after a
+   * timeout). `query` gets it as `withTransaction` does; its deployed callers are all safe to
+   * repeat: the release guard's single read, the sweeper's claim, unclaim and stats (sweep.ts says
+   * why), and the operator CLI's reads. `queryOnce` is for a write that must not run twice.
+   */
+  const onceMoreIfLost = async <T>(attempt: () => Promise<T>): Promise<T> => {
+    try {
+      return await attempt();
+    } catch (error) {
+      if (!isLostConnection(error)) throw error;
+      stats.reconnects += 1;
+      return attempt();
     }
   };
 
   return {
     stats,
-    query: (text, values) => run(pool, text, values),
-    async withTransaction(work) {
-      try {
-        return await transactOnce(work);
-      } catch (error) {
-        if (!isLostConnection(error)) throw error;
-        return transactOnce(work);
-      }
-    },
+    query: (text, values) => onceMoreIfLost(() => queryOnce(text, values)),
+    queryOnce,
+    withTransaction: (work) => onceMoreIfLost(() => transactOnce(work)),
     async end() {
       await pool.end();
     },
   };
-
-  async function transactOnce<T>(work: (tx: Executor) => Promise<T>): Promise<T> {
-    let client: PoolClient;
-    try {
-      client = await pool.connect();
-    } catch (error) {
-      throw translateDatabaseError(error);
-    }
-    stats.transactions += 1;
-    let broken: Error | undefined;
-    // The pool stops listening for 'error' on a client it hands out. A connection lost while the
-    // client sits between two statements (backend terminated, proxy restarted) is then emitted as
-    // an 'error' nobody hears, which crashes the process (found by the chaos suite). Heard here, it
-    // only fails the next statement, and the transaction is retried as a lost connection.
-    const onClientError = (error: Error) => {
-      broken ??= error;
-    };
-    client.on('error', onClientError);
-    try {
-      await run(client, beginStatement);
-      const result = await work({ query: (text, values) => run(client, text, values) });
-      await run(client, 'COMMIT');
-      return result;
-    } catch (error) {
-      try {
-        await client.query('ROLLBACK');
-      } catch (rollbackError) {
-        broken = rollbackError as Error;
-      }
-      throw error;
-    } finally {
-      client.removeListener('error', onClientError);
-      client.release(broken);
-    }
-  }
 }
 
-/** A connection-level failure (no SQLSTATE from the server, or the backend was terminated). */
+/**
+ * A connection-level failure worth one immediate retry on a fresh connection: no SQLSTATE from the
+ * server (a socket or WebSocket error, a client the driver gave up on), the backend terminated
+ * (57P01, what a Neon compute restart or suspend looks like), or class 08. A timeout is not one:
+ * it has already spent its bound, and repeating it could double the time a record takes; the
+ * queue's retry with backoff takes it from there.
+ */
 function isLostConnection(error: unknown): boolean {
-  if (!(error instanceof DatabaseUnavailableError)) return false;
+  if (!(error instanceof DatabaseUnavailableError) || isTimeout(error)) return false;
   const sqlstate = error.details.sqlstate;
   return sqlstate === undefined || sqlstate === SQLSTATE.ADMIN_SHUTDOWN || String(sqlstate).startsWith('08');
+}
+
+/** A connect or a statement that ran out of its client-side bound. */
+function isTimeout(error: unknown): boolean {
+  return error instanceof DatabaseUnavailableError && error.details.timeout !== undefined;
 }
 
 /** For messages and logs: the URL with its password hidden. */

@@ -36,6 +36,8 @@ export async function dependenciesFromEnvironment(functionName: string): Promise
     maxConnections: 5,
     lockTimeoutMs: config.databaseLockTimeoutMs,
     statementTimeoutMs: config.databaseStatementTimeoutMs,
+    connectTimeoutMs: config.databaseConnectTimeoutMs,
+    queryTimeoutMs: config.databaseQueryTimeoutMs,
     onIdleError: (error) =>
       telemetry.logger.warn('idle database connection failed', { error: error.message }),
   });

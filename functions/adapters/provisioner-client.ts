@@ -8,17 +8,26 @@ import {
   ProvisionerConnectionError,
   ProvisionerDeleteTimeoutError,
   ProvisionerRejectedError,
+  ProvisionerThrottledError,
   ProvisionerUnavailableError,
+  ProvisionerUnconfirmedError,
 } from '../cleanup/errors.ts';
 import type { DeleteSandboxRequest, SandboxDeleteClient } from '../cleanup/sandbox-provider.ts';
 import { ReleaseOutcome } from '../cleanup/types.ts';
+import { parseRetryAfter } from './retry-after.ts';
 
 /**
  * The provisioner's `DELETE /api/sandboxes/{id}?generation=G` over undici, with the contract's
- * reply semantics (contract.md, section 3):
+ * reply semantics (v1.1, section 3):
  *
- *   200 deleted · 404 absent · 409 {current_generation: N}: N > G superseded (success), N < G
- *   anomaly · 5xx, connection errors, timeouts retryable · other 4xx non-retryable.
+ *   200 with a JSON object, or 204: deleted · 404, 410: absent (gone) · 409 {current_generation:
+ *   N}: N > G superseded (success), N < G anomaly · 408, 429, 5xx, connection errors, timeouts
+ *   retryable, a 429's or 503's Retry-After carried to the consumer · a 200 without a JSON object
+ *   unconfirmed (non-retryable) · other 4xx non-retryable.
+ *
+ * 410 is reported as ABSENT rather than as an outcome of its own: the outcome travels in the
+ * `runtime-finalize` body, and a finalize of the previous release still consuming during a deploy
+ * would dead-letter a value it does not know and leave the fence up.
  *
  * Every body is consumed or destroyed (an unread body pins its connection), and never read past
  * MAX_RESPONSE_BODY_BYTES: a hostile provisioner cannot make us buffer without bound.
@@ -140,13 +149,33 @@ export class ProvisionerClient implements SandboxDeleteClient {
         currentGeneration: current,
       });
     }
+    if (statusCode === 200) {
+      const refusal = await confirmationRefusal(response);
+      if (refusal === undefined) return ReleaseOutcome.DELETED;
+      throw new ProvisionerUnconfirmedError(
+        `provisioner answered 200 without confirming the delete (${refusal}): not the provisioner's API at this URL? check SANDBOX_PROVISIONER_URL`,
+        { ...context, status: statusCode, refusal },
+      );
+    }
     await response.body.dump({ limit: MAX_RESPONSE_BODY_BYTES });
-    if (statusCode === 200 || statusCode === 204) return ReleaseOutcome.DELETED;
-    if (statusCode === 404) return ReleaseOutcome.ABSENT;
-    if (statusCode >= 500 && statusCode <= 599) {
-      throw new ProvisionerUnavailableError(`provisioner answered ${statusCode}`, {
-        ...context,
-        status: statusCode,
+    if (statusCode === 204) return ReleaseOutcome.DELETED;
+    if (statusCode === 404 || statusCode === 410) return ReleaseOutcome.ABSENT;
+    // Retry-After only on the statuses where the contract gives it meaning.
+    const retryAfterSeconds =
+      statusCode === 429 || statusCode === 503 ? parseRetryAfter(response.headers['retry-after']) : undefined;
+    const facts = {
+      ...context,
+      status: statusCode,
+      ...(retryAfterSeconds !== undefined ? { retryAfterSeconds } : {}),
+    };
+    if (statusCode === 429) {
+      throw new ProvisionerThrottledError(`provisioner answered 429 (too many requests)`, facts, {
+        retryAfterSeconds,
+      });
+    }
+    if (statusCode === 408 || (statusCode >= 500 && statusCode <= 599)) {
+      throw new ProvisionerUnavailableError(`provisioner answered ${statusCode}`, facts, {
+        retryAfterSeconds,
       });
     }
     if (statusCode >= 400 && statusCode <= 499) {
@@ -202,6 +231,45 @@ async function readLimited(
     chunks.push(chunk as Buffer);
   }
   return Buffer.concat(chunks).toString('utf8');
+}
+
+/**
+ * Why a 200 does not confirm the delete, or undefined when it does. The platform's provisioner
+ * answers a deleted sandbox with 200, `Content-Type: application/json` and a JSON object. A 200
+ * confirms only with both: a JSON media type (`application/json` or `…+json`) AND a body (at most
+ * MAX_RESPONSE_BODY_BYTES) that parses as a JSON object. A catch-all web server at a wrong URL
+ * (an HTML page, an SPA's index.html), a health route's empty 200, or another API's array or
+ * string fails one or the other. Refusing a real confirmation costs a dead letter with this
+ * reason; accepting a false one clears a fence while its sandbox lives.
+ */
+async function confirmationRefusal(response: Dispatcher.ResponseData): Promise<string | undefined> {
+  const contentType = headerValue(response.headers['content-type']);
+  const mediaType = (contentType ?? '').split(';')[0]?.trim().toLowerCase() ?? '';
+  if (mediaType !== 'application/json' && !mediaType.endsWith('+json')) {
+    // Consumed (up to the limit) rather than destroyed: destroying an unread undici body emits an
+    // 'error' (AbortError) that nobody listens to, which would crash the process.
+    await response.body.dump({ limit: MAX_RESPONSE_BODY_BYTES });
+    return contentType === undefined
+      ? 'no Content-Type'
+      : `Content-Type ${JSON.stringify(contentType.slice(0, 100))} is not JSON`;
+  }
+  const text = await readLimited(response.body, MAX_RESPONSE_BODY_BYTES);
+  if (text === undefined) return `body larger than ${MAX_RESPONSE_BODY_BYTES} bytes`;
+  if (text.trim() === '') return 'empty body';
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    return 'body is not JSON';
+  }
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+    return `body is JSON ${body === null ? 'null' : Array.isArray(body) ? 'array' : typeof body}, not an object`;
+  }
+  return undefined;
+}
+
+function headerValue(value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value.join(', ') : value;
 }
 
 function parseCurrentGeneration(text: string | undefined): number | undefined {

@@ -14,9 +14,11 @@ export const ErrorCode = {
   PROVISIONER_DELETE_TIMEOUT: 'PROVISIONER_DELETE_TIMEOUT',
   CLEANUP_TIMEOUT: 'CLEANUP_TIMEOUT',
   PROVISIONER_UNAVAILABLE: 'PROVISIONER_UNAVAILABLE',
+  PROVISIONER_THROTTLED: 'PROVISIONER_THROTTLED',
   PROVISIONER_CONNECTION: 'PROVISIONER_CONNECTION',
   PROVISIONER_REJECTED: 'PROVISIONER_REJECTED',
   PROVISIONER_BAD_RESPONSE: 'PROVISIONER_BAD_RESPONSE',
+  PROVISIONER_UNCONFIRMED: 'PROVISIONER_UNCONFIRMED',
   GENERATION_ANOMALY: 'GENERATION_ANOMALY',
   // A release command refused by the release guard before any DELETE: it does not describe the
   // cleanup the database knows (forged, or mismatched with the run it names).
@@ -40,11 +42,21 @@ export abstract class CleanupError extends Error {
   abstract readonly retryable: boolean;
   /** Structured facts for logs and dead-letter reasons; never secrets. */
   readonly details: Readonly<Record<string, unknown>>;
+  /**
+   * The earliest next attempt the failing side asked for, in whole seconds from now (a
+   * provisioner's `Retry-After`). The consumer waits at least this long, within its backoff cap.
+   */
+  readonly retryAfterSeconds: number | undefined;
 
-  constructor(message: string, details: Record<string, unknown> = {}, options?: { cause?: unknown }) {
-    super(message, options);
+  constructor(
+    message: string,
+    details: Record<string, unknown> = {},
+    options?: { cause?: unknown; retryAfterSeconds?: number | undefined },
+  ) {
+    super(message, options && 'cause' in options ? { cause: options.cause } : undefined);
     this.name = new.target.name;
     this.details = details;
+    this.retryAfterSeconds = options?.retryAfterSeconds;
   }
 }
 
@@ -85,8 +97,15 @@ export class CleanupTimeoutError extends CleanupError {
   readonly retryable = true;
 }
 
+/** 5xx or 408: the provisioner could not answer now; a 503 may say when to come back. */
 export class ProvisionerUnavailableError extends CleanupError {
   readonly code = ErrorCode.PROVISIONER_UNAVAILABLE;
+  readonly retryable = true;
+}
+
+/** 429: the provisioner asks us to slow down, possibly saying until when (`retryAfterSeconds`). */
+export class ProvisionerThrottledError extends CleanupError {
+  readonly code = ErrorCode.PROVISIONER_THROTTLED;
   readonly retryable = true;
 }
 
@@ -95,7 +114,10 @@ export class ProvisionerConnectionError extends CleanupError {
   readonly retryable = true;
 }
 
-/** A 4xx other than 404/409: the request itself is wrong and resending it cannot help. */
+/**
+ * A 4xx other than 404/410 (gone), 408/429 (retryable) and 409 (generations): the request itself
+ * is wrong and resending it cannot help.
+ */
 export class ProvisionerRejectedError extends CleanupError {
   readonly code = ErrorCode.PROVISIONER_REJECTED;
   readonly retryable = false;
@@ -104,6 +126,17 @@ export class ProvisionerRejectedError extends CleanupError {
 /** A reply outside the contract (unexpected status, unparsable or oversized 409 body). */
 export class ProvisionerBadResponseError extends CleanupError {
   readonly code = ErrorCode.PROVISIONER_BAD_RESPONSE;
+  readonly retryable = false;
+}
+
+/**
+ * A 200 that does not confirm the delete: its body is not a JSON object (an HTML page from a
+ * catch-all server at a wrong SANDBOX_PROVISIONER_URL, an empty body, JSON of another shape).
+ * Counting it as deleted would clear every fence while every sandbox lives; no retry can fix a
+ * wrong URL, so it is dead-lettered with this reason.
+ */
+export class ProvisionerUnconfirmedError extends CleanupError {
+  readonly code = ErrorCode.PROVISIONER_UNCONFIRMED;
   readonly retryable = false;
 }
 

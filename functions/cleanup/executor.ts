@@ -14,6 +14,25 @@ export interface Executor {
 
 export interface Database extends Executor {
   /**
+   * A plain statement (autocommit, no transaction held open). Sent once more on a fresh connection
+   * when its connection is lost before the answer (a terminated backend, a dead socket), as a
+   * transaction is, so it must be safe to repeat: a read, or a write whose repetition changes
+   * nothing that matters. Each caller says why at the call site.
+   */
+  query<Row = Record<string, unknown>>(
+    text: string,
+    values?: readonly unknown[],
+  ): Promise<{ rows: Row[]; rowCount: number }>;
+  /**
+   * The same statement sent at most once, for a write that must not run twice (an INSERT of a new
+   * row, a status change whose second run would answer differently). Its connection failures reach
+   * the caller as they are.
+   */
+  queryOnce<Row = Record<string, unknown>>(
+    text: string,
+    values?: readonly unknown[],
+  ): Promise<{ rows: Row[]; rowCount: number }>;
+  /**
    * Runs `work` in one transaction with `lock_timeout` and `statement_timeout` set locally:
    * commits on success, rolls back on any error, and discards a connection that broke. A
    * transaction whose connection died (a stale socket after a Lambda freeze, a terminated
@@ -21,7 +40,10 @@ export interface Database extends Executor {
    * cleanup transaction is: it re-reads what it decides on under its locks.
    */
   withTransaction<T>(work: (tx: Executor) => Promise<T>): Promise<T>;
-  /** Round trips and transactions so far: the benchmarks report them per cleanup. */
-  readonly stats: { queries: number; transactions: number };
+  /**
+   * Round trips and transactions so far (the benchmarks report them per cleanup), and how often a
+   * statement or transaction was sent again after a lost connection.
+   */
+  readonly stats: { queries: number; transactions: number; reconnects: number };
   end(): Promise<void>;
 }

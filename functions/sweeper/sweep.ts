@@ -58,6 +58,9 @@ export async function sweepFences(
   options: { sweepAfterSeconds: number; limit?: number },
 ): Promise<SweepResult> {
   const { db, queues } = deps;
+  // Plain statements, each sent again once if its connection is lost (Database.query); safe here:
+  // a repeated claim takes the fences still due (a claim lost with its answer only waits one more
+  // period, as after a crash), the unclaim is idempotent, and the stats are a read.
   const claimed = await db.query<{ id: string }>(CLAIM_DUE_FENCES, [
     options.sweepAfterSeconds,
     options.limit ?? SWEEP_BATCH_LIMIT,

@@ -67,7 +67,8 @@ export class PlatformSimulator {
   async createScope(uid = `user-${randomUUID().slice(0, 8)}`): Promise<ScopeRef> {
     const threadId = `thread-${randomUUID()}`;
     const workdirPath = `projects/${randomUUID()}`;
-    const { rows } = await this.db.query<{ id: string }>(
+    // Sent once: repeated after a lost answer, it would make a second conversation.
+    const { rows } = await this.db.queryOnce<{ id: string }>(
       'INSERT INTO conversations (uid, thread_id, workdir_path) VALUES ($1::text, $2::text, $3::text) RETURNING id',
       [uid, threadId, workdirPath],
     );
@@ -118,13 +119,15 @@ export class PlatformSimulator {
       );
     }
     const body = (await response.json()) as { generation: number };
+    // An upsert: the same row whether it runs once or twice.
     await this.db.query(RECORD_SANDBOX, [scope.uid, scope.runtimeScopeId, sandboxId, body.generation]);
     return { sandboxId, generation: body.generation };
   }
 
   async startSubagent(parent: AdmittedRun): Promise<string> {
     const runId = `run-${randomUUID()}`;
-    await this.db.query(
+    // Sent once: repeated after a lost commit, it would fail on its own primary key.
+    await this.db.queryOnce(
       `INSERT INTO agent_runs (id, uid, conversation_id, conversation_thread_id, runtime_scope_id, run_type,
          created_by_run_id, status, worker_id, heartbeat_at, lease_expires_at)
        VALUES ($1::text, $2::text, $3::bigint, $4::text, $5::text, 'subagent', $6::text, 'running', 'worker-1', now(),
@@ -144,6 +147,7 @@ export class PlatformSimulator {
   /** Renews a run's lease the way a worker's heartbeat does; returns how long it took (ms). */
   async renewLease(runId: string): Promise<number> {
     const started = performance.now();
+    // Idempotent within the lease: a repeat only moves the heartbeat forward.
     await this.db.query(RENEW_LEASE, [runId]);
     return performance.now() - started;
   }
@@ -157,7 +161,12 @@ export class PlatformSimulator {
     status: 'completed' | 'failed' | 'cancelled' | 'interrupted' = 'completed',
     options: { announce?: boolean } = {},
   ): Promise<boolean> {
-    const { rows } = await this.db.query<{ runtime_cleanup_pending: boolean }>(FINISH_RUN, [runId, status]);
+    // Sent once: repeated after a lost commit, it would find the run terminal already and skip the
+    // announcement (the sweeper would still find the fence, FENCE_SWEEP_AFTER_SECONDS later).
+    const { rows } = await this.db.queryOnce<{ runtime_cleanup_pending: boolean }>(FINISH_RUN, [
+      runId,
+      status,
+    ]);
     const fenced = rows[0]?.runtime_cleanup_pending ?? false;
     if (fenced && options.announce !== false) await announceRunFinished(this.queues, runId);
     return fenced;

@@ -1,5 +1,6 @@
 import { redactUrl } from '../../functions/adapters/config.ts';
 import { ConfigError } from '../../functions/adapters/errors.ts';
+import { redactSecrets } from '../../functions/adapters/redact.ts';
 import { startStack } from './stack.ts';
 
 /**
@@ -23,7 +24,7 @@ function log(level: 'INFO' | 'ERROR', message: string, extra: Record<string, unk
 async function main(): Promise<void> {
   const stack = await startStack({
     onError: (error, source) =>
-      log('ERROR', 'stack component error', { source, error: redactUrl(error.message) }),
+      log('ERROR', 'stack component error', { source, error: redactSecrets(error.message) }),
   });
   let stopping = false;
   const stop = async (signal: string) => {
@@ -43,7 +44,7 @@ async function main(): Promise<void> {
     sqsEndpoint: stack.sqsEndpoint,
     queues: [...stack.createdQueues.values()].map((queue) => queue.url),
     databaseUrl: redactUrl(stack.databaseUrl),
-    provisionerUrl: stack.provisionerUrl,
+    provisionerUrl: redactUrl(stack.provisionerUrl),
     builtInProvisioner: stack.provisioner !== undefined,
     sweepIntervalSeconds: stack.config.fenceSweepIntervalSeconds,
   });
@@ -54,7 +55,7 @@ main().catch((error: unknown) => {
     console.error(error.message);
   } else {
     console.error(
-      `stack failed to start: ${redactUrl(error instanceof Error ? error.message : String(error))}`,
+      `stack failed to start: ${redactSecrets(error instanceof Error ? error.message : String(error))}`,
     );
   }
   process.exit(1);

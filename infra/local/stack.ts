@@ -151,6 +151,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       maxConnections: 20,
       lockTimeoutMs: config.databaseLockTimeoutMs,
       statementTimeoutMs: config.databaseStatementTimeoutMs,
+      connectTimeoutMs: config.databaseConnectTimeoutMs,
+      queryTimeoutMs: config.databaseQueryTimeoutMs,
       onIdleError: (error) => onError(error, 'database'),
     });
     cleanups.push(() => db.end());

@@ -15,6 +15,8 @@ const PERMANENT_DEAD_LETTER_CODES = new Set([
   'OWNERSHIP_CONFLICT',
   'PROVISIONER_REJECTED',
   'PROVISIONER_BAD_RESPONSE',
+  // A 200 that is not the provisioner's answer: SANDBOX_PROVISIONER_URL names something else.
+  'PROVISIONER_UNCONFIRMED',
 ]);
 
 export function diagnose(facts: RunFacts, sweepAfterSeconds: number): string[] {

@@ -45,6 +45,7 @@ export async function listForcedClears(
   db: Executor,
   options: { runId?: string; limit: number },
 ): Promise<ForcedClear[]> {
+  // A read: safe to send again after a lost connection (Database.query does, once).
   const { rows } = await db.query<OverrideRow>(FORCED_CLEARS, [options.runId ?? null, options.limit]);
   return rows.map((row) => ({
     id: Number(row.id),

@@ -131,6 +131,7 @@ export async function readRunFacts(
   db: Executor,
   runId: string,
 ): Promise<Pick<RunFacts, 'run' | 'scope' | 'forcedClears'>> {
+  // Reads only: each is safe to send again after a lost connection (Database.query does, once).
   const { rows } = await db.query<RunRow>(RUN, [runId]);
   const run = rows[0];
   if (!run) throw new RunNotFoundError(runId);

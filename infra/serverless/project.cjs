@@ -47,6 +47,7 @@ function loadProjectFacts() {
     ]);
     cached = {
       CONFIG_DEFAULTS: config.CONFIG_DEFAULTS,
+      databaseFailureReportMarginSeconds: config.DATABASE_FAILURE_REPORT_MARGIN_MS / 1000,
       loadConfig: config.loadConfig,
       MetricName: metrics.MetricName,
       METRICS_NAMESPACE: metrics.METRICS_NAMESPACE,
@@ -98,7 +99,13 @@ function effectiveConfiguration(env) {
  * @param {Record<string, number>} config the effective configuration
  */
 function assertTimeoutLadder(config) {
-  const { FUNCTION_DEFINITIONS, QUEUE_DEFINITIONS, QueueName, publishMarginSeconds } = projectFacts();
+  const {
+    FUNCTION_DEFINITIONS,
+    QUEUE_DEFINITIONS,
+    QueueName,
+    publishMarginSeconds,
+    databaseFailureReportMarginSeconds,
+  } = projectFacts();
   const problems = [];
   const releaseTimeout = FUNCTION_DEFINITIONS.release.timeoutSeconds;
   const releaseBudget = config.SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS + publishMarginSeconds;
@@ -107,12 +114,22 @@ function assertTimeoutLadder(config) {
       `functions.release.timeoutSeconds (${releaseTimeout}) must be at least SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS + the publish margin (${config.SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS} + ${publishMarginSeconds})`,
     );
   }
+  // A hung database fails a record within connect + query timeout (never retried in-process);
+  // the consumer still needs the margin to report the failed record before its deadline.
+  const databaseBound =
+    (config.DATABASE_CONNECT_TIMEOUT_MS + config.DATABASE_QUERY_TIMEOUT_MS) / 1000 +
+    databaseFailureReportMarginSeconds;
   for (const [name, queue] of Object.entries(QUEUE_DEFINITIONS)) {
     if (!queue.consumer) continue;
     const consumer = FUNCTION_DEFINITIONS[queue.consumer];
     if (!consumer) {
       problems.push(`queues.${name}.consumer names an unknown function "${queue.consumer}"`);
       continue;
+    }
+    if (consumer.timeoutSeconds < databaseBound) {
+      problems.push(
+        `functions.${queue.consumer}.timeoutSeconds (${consumer.timeoutSeconds}) must be at least DATABASE_CONNECT_TIMEOUT_MS + DATABASE_QUERY_TIMEOUT_MS + the report margin (${databaseBound} s)`,
+      );
     }
     if (queue.visibilityTimeoutSeconds < VISIBILITY_TO_TIMEOUT_RATIO * consumer.timeoutSeconds) {
       problems.push(

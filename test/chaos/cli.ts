@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { redactUrl } from '../../functions/adapters/config.ts';
 import { openDatabase } from '../../functions/adapters/database.ts';
+import { redactSecrets } from '../../functions/adapters/redact.ts';
 import { startDatabaseBridge } from '../../infra/local/db-bridge.ts';
 import { type EmbeddedPostgresHandle, startEmbeddedPostgres } from '../../infra/local/embedded-postgres.ts';
 import { runChaos } from './engine.ts';
@@ -123,7 +124,7 @@ main().then(
   (code) => process.exit(code),
   (error: unknown) => {
     console.error(
-      `chaos failed: ${redactUrl(error instanceof Error ? (error.stack ?? error.message) : String(error))}`,
+      `chaos failed: ${redactSecrets(error instanceof Error ? (error.stack ?? error.message) : String(error))}`,
     );
     process.exit(1);
   },

@@ -167,6 +167,12 @@ describe('ops CLI: usage, configuration and unreachable dependencies', () => {
         { rule: 'lock wait + delete timeout < cleanup timeout', holds: true, left: 140, right: 155 },
         { rule: 'cleanup timeout < release function timeout', holds: true, left: 155, right: 180 },
         {
+          rule: 'database connect + query timeout + 5 s ≤ shortest consumer function timeout',
+          holds: true,
+          left: 30,
+          right: 30,
+        },
+        {
           rule: 'runtime-release.fifo visibility ≥ 6 × release function timeout',
           holds: true,
           left: 1080,

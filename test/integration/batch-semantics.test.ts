@@ -4,11 +4,13 @@ import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../functions/adapters/config.ts';
 import { createProvider } from '../../functions/adapters/dependencies.ts';
 import { createTelemetry } from '../../functions/adapters/observability.ts';
+import type { Queues } from '../../functions/adapters/queues.ts';
 import { deadLetterQueueName, QueueName } from '../../functions/adapters/queues.ts';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { FenceCheckOutcome } from '../../functions/cleanup/types.ts';
 import { createFenceCheckHandler } from '../../functions/fence-check/handler.ts';
 import { createReleaseHandler } from '../../functions/release/handler.ts';
+import type { RetryAfterFault } from '../../infra/local/provisioner/faults.ts';
 import { createTestDatabase } from '../support/database.ts';
 import { finishedRootRun, insertOtherRun } from '../support/factories.ts';
 import { useProvisionerFixture, useSqsFixture } from '../support/fixtures.ts';
@@ -142,6 +144,88 @@ describe('release batches on the FIFO queue', () => {
     ).toHaveLength(1);
     fixture.provisioner.clearFaults(failing.sandboxId);
   });
+});
+
+describe('a Retry-After sets the retry delay (contract v1.1 §3)', () => {
+  /**
+   * Records every retry delay the consumer asks SQS for, then passes the call on to the real
+   * queue (which refuses these hand-made receipt handles; the consumer only logs that).
+   */
+  function observingVisibility(): { queues: Queues; delays: Map<string, number> } {
+    const real = sqsFixture.queues;
+    const delays = new Map<string, number>();
+    return {
+      delays,
+      queues: {
+        send: (queue, body, options) => real.send(queue, body, options),
+        url: (queue) => real.url(queue),
+        async changeVisibility(queue, receiptHandle, seconds) {
+          delays.set(receiptHandle, seconds);
+          await real.changeVisibility(queue, receiptHandle, seconds);
+        },
+        get stats() {
+          return real.stats;
+        },
+        get client() {
+          return real.client;
+        },
+      },
+    };
+  }
+
+  async function releaseBatchAgainst(retryAfter: RetryAfterFault) {
+    const throttled = await liveSandbox();
+    fixture.provisioner.setFault(throttled.sandboxId, { status: 429, retryAfter });
+    const capped = loadConfig({ CLEANUP_RETRY_BASE_SECONDS: '1', CLEANUP_RETRY_MAX_SECONDS: '10' });
+    const { queues, delays } = observingVisibility();
+    const handler = createReleaseHandler({
+      db: fixture.t.db,
+      provider: createProvider(capped, fixture.provisioner.url),
+      queues,
+      telemetry,
+      config: capped,
+    });
+    const phase1 = await fenceCheck(fixture.t.db, throttled.rootRunId);
+    if (phase1.outcome !== FenceCheckOutcome.RELEASE_NEEDED) throw new Error('expected a release');
+    const body = JSON.stringify({ ...phase1.identity, requestedAt: new Date().toISOString() });
+    const group = { MessageGroupId: `${throttled.uid}:${throttled.runtimeScopeId}` };
+    const first = sqsRecord(body, { attributes: group });
+    const skipped = sqsRecord(body, { attributes: group });
+
+    const response = await handler({ Records: [first, skipped] } as SQSEvent, context);
+
+    fixture.provisioner.clearFaults(throttled.sandboxId);
+    expect(response.batchItemFailures.map((f) => f.itemIdentifier).sort()).toEqual(
+      [first.messageId, skipped.messageId].sort(),
+    );
+    return { failed: delays.get(first.receiptHandle), skipped: delays.get(skipped.receiptHandle) };
+  }
+
+  it("waits as long as the 429 asks, beyond the backoff, and the group's skipped record waits as long", async () => {
+    // Backoff of a first receive with a 1 s base is 1 s; the provisioner asks for 7.
+    expect(await releaseBatchAgainst({ seconds: 7, as: 'delta-seconds' })).toEqual({ failed: 7, skipped: 7 });
+  });
+
+  it('reads an HTTP-date the same way', async () => {
+    const delays = await releaseBatchAgainst({ seconds: 6, as: 'http-date' });
+    expect(delays.failed).toBeGreaterThanOrEqual(5);
+    expect(delays.failed).toBeLessThanOrEqual(7);
+    expect(delays.skipped).toBe(delays.failed);
+  });
+
+  it('never waits beyond CLEANUP_RETRY_MAX_SECONDS, however long the provisioner asks for', async () => {
+    expect(await releaseBatchAgainst({ seconds: 86_400, as: 'delta-seconds' })).toEqual({
+      failed: 10,
+      skipped: 10,
+    });
+  });
+
+  it.each(['-5', 'garbage', 'Sun, 06 Nov 1994 08:49:37 GMT', '0'])(
+    'falls back to the backoff for a hostile or past Retry-After (%s)',
+    async (retryAfter) => {
+      expect(await releaseBatchAgainst(retryAfter)).toEqual({ failed: 1, skipped: 1 });
+    },
+  );
 });
 
 describe('the release guard', () => {

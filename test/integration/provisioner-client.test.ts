@@ -11,7 +11,9 @@ import {
   ProvisionerConnectionError,
   ProvisionerDeleteTimeoutError,
   ProvisionerRejectedError,
+  ProvisionerThrottledError,
   ProvisionerUnavailableError,
+  ProvisionerUnconfirmedError,
 } from '../../functions/cleanup/errors.ts';
 import { ReleaseOutcome } from '../../functions/cleanup/types.ts';
 import { useLocalProvisionerFixture } from '../support/fixtures.ts';
@@ -147,7 +149,7 @@ describe('contract replies (contract §3)', () => {
     expect(fixture.provisioner.sandbox(sandboxId)?.alive).toBe(true);
   });
 
-  it.each([500, 502, 503, 504])('maps %i to a retryable ProvisionerUnavailableError', async (status) => {
+  it.each([408, 500, 502, 503, 504])('maps %i to a retryable ProvisionerUnavailableError', async (status) => {
     const { sandboxId, generation } = await liveSandbox();
     fixture.provisioner.setFault(sandboxId, { status });
 
@@ -158,10 +160,37 @@ describe('contract replies (contract §3)', () => {
       code: ErrorCode.PROVISIONER_UNAVAILABLE,
       retryable: true,
       details: { status },
+      retryAfterSeconds: undefined,
     });
   });
 
-  it.each([400, 401, 403, 405, 410, 422])(
+  it('maps 429 to a retryable ProvisionerThrottledError, with no wait asked when no Retry-After is sent', async () => {
+    const { sandboxId, generation } = await liveSandbox();
+    fixture.provisioner.setFault(sandboxId, { status: 429 });
+
+    const error = await rejectionOf(remove(sandboxId, generation));
+
+    expect(error).toBeInstanceOf(ProvisionerThrottledError);
+    expect(error).toMatchObject({
+      code: ErrorCode.PROVISIONER_THROTTLED,
+      retryable: true,
+      details: { status: 429 },
+      retryAfterSeconds: undefined,
+    });
+    expect(fixture.provisioner.sandbox(sandboxId)?.alive).toBe(true);
+  });
+
+  it('maps 410 (gone) to ABSENT, a success: after a real delete, and for a sandbox that never was', async () => {
+    const { sandboxId, generation } = await liveSandbox();
+    fixture.provisioner.setFault(sandboxId, { gone: true });
+
+    expect(await remove(sandboxId, generation)).toBe(ReleaseOutcome.ABSENT);
+    expect(fixture.provisioner.sandbox(sandboxId)).toBeUndefined();
+    expect(deletesOf(fixture.provisioner, sandboxId).map((entry) => entry.status)).toEqual([410]);
+    expect(await remove(sandboxId, generation)).toBe(ReleaseOutcome.ABSENT);
+  });
+
+  it.each([400, 401, 403, 405, 422])(
     'maps %i to a non-retryable ProvisionerRejectedError',
     async (status) => {
       const { sandboxId, generation } = await liveSandbox();
@@ -247,15 +276,161 @@ describe('409 bodies outside the contract', () => {
   });
 });
 
-describe('bodies of successful replies', () => {
-  it('accepts a 200 with a 20 MB body as DELETED', async () => {
+describe('Retry-After on 429 and 503 (contract v1.1 §3)', () => {
+  it.each([429, 503])("carries a %i's delta-seconds Retry-After on the error", async (status) => {
     const { sandboxId, generation } = await liveSandbox();
-    fixture.provisioner.setFault(sandboxId, { oversizedBodyBytes: 20 * 1024 * 1024 });
+    fixture.provisioner.setFault(sandboxId, { status, retryAfter: { seconds: 7, as: 'delta-seconds' } });
 
-    expect(await remove(sandboxId, generation)).toBe(ReleaseOutcome.DELETED);
+    const error = await rejectionOf(remove(sandboxId, generation));
+
+    expect(error).toMatchObject({
+      retryable: true,
+      retryAfterSeconds: 7,
+      details: { status, retryAfterSeconds: 7 },
+    });
   });
 
-  it('does not buffer a 200 body: one that never ends still yields DELETED well inside the delete timeout', async () => {
+  it.each([429, 503])("carries a %i's HTTP-date Retry-After as the seconds until then", async (status) => {
+    const { sandboxId, generation } = await liveSandbox();
+    fixture.provisioner.setFault(sandboxId, { status, retryAfter: { seconds: 30, as: 'http-date' } });
+
+    const error = (await rejectionOf(remove(sandboxId, generation))) as { retryAfterSeconds: number };
+
+    // The date has whole seconds and is computed when the answer is written.
+    expect(error.retryAfterSeconds).toBeGreaterThanOrEqual(29);
+    expect(error.retryAfterSeconds).toBeLessThanOrEqual(31);
+  });
+
+  it.each([408, 500, 502])(
+    'ignores a Retry-After on %i, where the contract gives it no meaning',
+    async (status) => {
+      const { sandboxId, generation } = await liveSandbox();
+      fixture.provisioner.setFault(sandboxId, { status, retryAfter: { seconds: 60, as: 'delta-seconds' } });
+
+      expect(await rejectionOf(remove(sandboxId, generation))).toMatchObject({
+        retryable: true,
+        retryAfterSeconds: undefined,
+      });
+    },
+  );
+
+  it.each([
+    ['a negative number', '-5', undefined],
+    ['a fraction', '2.5', undefined],
+    ['garbage', 'after lunch', undefined],
+    ['a list of values', '5, 3600', undefined],
+    ['a date in the past', 'Sun, 06 Nov 1994 08:49:37 GMT', 0],
+    ['a huge number', '99999999999999999999', 1e20],
+  ])('survives a hostile Retry-After (%s): still a retryable 429', async (_name, retryAfter, expected) => {
+    const hostile = await startHostileServer((_request, response) => {
+      response.setHeader('retry-after', retryAfter);
+      response.writeHead(429, { 'content-type': 'application/json' }).end('{"error":"slow down"}');
+    });
+
+    const error = await rejectionOf(
+      clientOf(hostile.url).deleteSandbox({ sandboxId: 'sbx', generation: 1, deleteTimeoutMs: 5_000 }),
+    );
+
+    expect(error).toBeInstanceOf(ProvisionerThrottledError);
+    expect((error as ProvisionerThrottledError).retryAfterSeconds).toBe(expected);
+  });
+});
+
+describe('a 200 must carry a JSON object (contract v1.1 §3)', () => {
+  it("refuses a catch-all server's HTML page: non-retryable PROVISIONER_UNCONFIRMED, and nothing was deleted", async () => {
+    const { sandboxId, generation } = await liveSandbox();
+    fixture.provisioner.setFault(sandboxId, {
+      status: 200,
+      contentType: 'text/html; charset=utf-8',
+      body: '<!doctype html><html><body><h1>Welcome to nginx!</h1></body></html>',
+    });
+
+    const error = await rejectionOf(remove(sandboxId, generation));
+
+    expect(error).toBeInstanceOf(ProvisionerUnconfirmedError);
+    expect(error).toMatchObject({
+      code: ErrorCode.PROVISIONER_UNCONFIRMED,
+      retryable: false,
+      details: { status: 200, refusal: 'Content-Type "text/html; charset=utf-8" is not JSON' },
+    });
+    expect((error as Error).message).toContain('SANDBOX_PROVISIONER_URL');
+    expect((error as Error).message).not.toContain('nginx');
+    expect(fixture.provisioner.sandbox(sandboxId)?.alive).toBe(true);
+  });
+
+  it('refuses a 200 with an empty body', async () => {
+    const { sandboxId, generation } = await liveSandbox();
+    fixture.provisioner.setFault(sandboxId, { status: 200, body: '' });
+
+    expect(await rejectionOf(remove(sandboxId, generation))).toMatchObject({
+      code: ErrorCode.PROVISIONER_UNCONFIRMED,
+      retryable: false,
+    });
+    expect(fixture.provisioner.sandbox(sandboxId)?.alive).toBe(true);
+  });
+
+  it.each([
+    ['no Content-Type', undefined, '{"deleted":true}', 'no Content-Type'],
+    ['an empty JSON body', 'application/json', '', 'empty body'],
+    ['a blank JSON body', 'application/json', '  \n', 'empty body'],
+    ['a body that is not JSON', 'application/json', '<html></html>', 'body is not JSON'],
+    ['a JSON array', 'application/json', '[]', 'body is JSON array, not an object'],
+    ['a JSON string', 'application/json', '"deleted"', 'body is JSON string, not an object'],
+    ['JSON null', 'application/json', 'null', 'body is JSON null, not an object'],
+    ['a JSON number', 'application/json', '200', 'body is JSON number, not an object'],
+    ['plain text saying OK', 'text/plain', 'OK', 'Content-Type "text/plain" is not JSON'],
+  ])('refuses a 200 with %s', async (_name, contentType, body, refusal) => {
+    const hostile = await startHostileServer((_request, response) => {
+      if (contentType) response.setHeader('content-type', contentType);
+      response.writeHead(200).end(body);
+    });
+
+    const error = await rejectionOf(
+      clientOf(hostile.url).deleteSandbox({ sandboxId: 'sbx', generation: 1, deleteTimeoutMs: 5_000 }),
+    );
+
+    expect(error).toBeInstanceOf(ProvisionerUnconfirmedError);
+    expect(error).toMatchObject({ retryable: false, details: { refusal } });
+  });
+
+  it.each([
+    ['application/json', '{"deleted":true,"generation":1}'],
+    ['application/json; charset=utf-8', '{}'],
+    ['Application/JSON', ' {"status":"deleted"} '],
+    ['application/problem+json', '{"detail":"deleted"}'],
+  ])('accepts a 200 of type %s with a JSON object as DELETED', async (contentType, body) => {
+    const hostile = await startHostileServer((_request, response) => {
+      response.writeHead(200, { 'content-type': contentType }).end(body);
+    });
+
+    expect(
+      await clientOf(hostile.url).deleteSandbox({ sandboxId: 'sbx', generation: 1, deleteTimeoutMs: 5_000 }),
+    ).toBe(ReleaseOutcome.DELETED);
+  });
+
+  it('accepts a 204 with no body as DELETED', async () => {
+    const hostile = await startHostileServer((_request, response) => {
+      response.writeHead(204).end();
+    });
+
+    expect(
+      await clientOf(hostile.url).deleteSandbox({ sandboxId: 'sbx', generation: 1, deleteTimeoutMs: 5_000 }),
+    ).toBe(ReleaseOutcome.DELETED);
+  });
+
+  it('refuses a 200 whose body is over the limit (it cannot be checked), and a retry then hears ABSENT', async () => {
+    const { sandboxId, generation } = await liveSandbox();
+    // The local provisioner deletes for real, then pads its JSON answer to 20 MB.
+    fixture.provisioner.setFault(sandboxId, { oversizedBodyBytes: 20 * 1024 * 1024, times: 1 });
+
+    expect(await rejectionOf(remove(sandboxId, generation))).toMatchObject({
+      code: ErrorCode.PROVISIONER_UNCONFIRMED,
+      details: { refusal: `body larger than ${MAX_RESPONSE_BODY_BYTES} bytes` },
+    });
+    expect(await remove(sandboxId, generation)).toBe(ReleaseOutcome.ABSENT);
+  });
+
+  it('does not buffer a 200 body: one that never ends is refused after reading at most the limit', async () => {
     let stopped = false;
     const hostile = await startHostileServer((_request, response) => {
       response.writeHead(200, { 'content-type': 'application/json' });
@@ -270,13 +445,11 @@ describe('bodies of successful replies', () => {
       pump();
     });
 
-    const outcome = await clientOf(hostile.url).deleteSandbox({
-      sandboxId: 'sbx',
-      generation: 1,
-      deleteTimeoutMs: 10_000,
-    });
+    const error = await rejectionOf(
+      clientOf(hostile.url).deleteSandbox({ sandboxId: 'sbx', generation: 1, deleteTimeoutMs: 10_000 }),
+    );
 
-    expect(outcome).toBe(ReleaseOutcome.DELETED);
+    expect(error).toMatchObject({ code: ErrorCode.PROVISIONER_UNCONFIRMED });
     // The client hung up on the endless body instead of draining it.
     await eventually('the client to close the connection', async () => stopped, 5_000);
   });
@@ -357,12 +530,16 @@ describe('connection failures and timeouts', () => {
     expect(error).toMatchObject({ code: ErrorCode.PROVISIONER_DELETE_TIMEOUT, retryable: true });
   });
 
-  it('counts a 200 as DELETED even when its body drips in past the delete timeout: the status alone confirms', async () => {
+  it('does not count a 200 whose body drips in past the delete timeout: a retryable timeout, and the retry hears ABSENT', async () => {
     const { sandboxId, generation } = await liveSandbox();
-    fixture.provisioner.setFault(sandboxId, { slowBodyMs: 3_000 });
+    fixture.provisioner.setFault(sandboxId, { slowBodyMs: 3_000, times: 1 });
 
-    expect(await remove(sandboxId, generation, { deleteTimeoutMs: 300 })).toBe(ReleaseOutcome.DELETED);
+    expect(await rejectionOf(remove(sandboxId, generation, { deleteTimeoutMs: 300 }))).toMatchObject({
+      code: ErrorCode.PROVISIONER_DELETE_TIMEOUT,
+      retryable: true,
+    });
     expect(fixture.provisioner.sandbox(sandboxId)).toBeUndefined();
+    expect(await remove(sandboxId, generation)).toBe(ReleaseOutcome.ABSENT);
   });
 
   it("reports the caller's own abort reason, and a CleanupTimeoutError for a reason that is not a cleanup error", async () => {
@@ -423,7 +600,7 @@ describe('the request path', () => {
 
   it('keeps the path prefix of the base URL', async () => {
     const hostile = await startHostileServer((_request, response) => {
-      response.writeHead(200).end();
+      response.writeHead(204).end();
     });
 
     await clientOf(`${hostile.url}/provisioner/v1/`).deleteSandbox({

@@ -3,7 +3,7 @@ import { isBuiltin } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CONFIG_DEFAULTS } from '../../functions/adapters/config.ts';
+import { CONFIG_DEFAULTS, DATABASE_FAILURE_REPORT_MARGIN_MS } from '../../functions/adapters/config.ts';
 import { METRICS_NAMESPACE, MetricName } from '../../functions/adapters/metric-names.ts';
 import {
   deadLetterQueueName,
@@ -298,6 +298,17 @@ describe('npm run package', () => {
     );
   });
 
+  it('refuses database timeouts that a hung database would make outlive a consumer’s deadline', async () => {
+    const run = await runPackage(['--stage', STAGE, '--package', join(workDir, 'refused-database')], {
+      home: join(workDir, 'home'),
+      env: { DATABASE_QUERY_TIMEOUT_MS: '40000' },
+    });
+    expect(run.code).not.toBe(0);
+    expect(run.output).toContain(
+      `functions.fenceCheck.timeoutSeconds (${FUNCTION_DEFINITIONS.fenceCheck.timeoutSeconds}) must be at least DATABASE_CONNECT_TIMEOUT_MS + DATABASE_QUERY_TIMEOUT_MS + the report margin (50 s)`,
+    );
+  });
+
   it('refuses a configuration value the functions would refuse at cold start, naming it', async () => {
     const run = await runPackage(['--stage', STAGE, '--package', join(workDir, 'refused-config')], {
       home: join(workDir, 'home'),
@@ -345,6 +356,21 @@ describe('timeout ladder', () => {
     expect(lambdaFunction('release').properties.Timeout).toBeGreaterThanOrEqual(
       cleanupTimeout + PUBLISH_MARGIN_MS / 1000,
     );
+  });
+
+  it('lets a database that never answers fail one record before each consumer’s deadline', () => {
+    for (const { functionKey } of eventSourceMappings()) {
+      const environment = environmentOf(functionKey);
+      const boundSeconds =
+        (Number(environment.DATABASE_CONNECT_TIMEOUT_MS) +
+          Number(environment.DATABASE_QUERY_TIMEOUT_MS) +
+          DATABASE_FAILURE_REPORT_MARGIN_MS) /
+        1000;
+      expect(boundSeconds, functionKey).toBeGreaterThan(DATABASE_FAILURE_REPORT_MARGIN_MS / 1000);
+      expect(Number(lambdaFunction(functionKey).properties.Timeout), functionKey).toBeGreaterThanOrEqual(
+        boundSeconds,
+      );
+    }
   });
 
   it('keeps each consumed queue invisible for at least 6 times its consumer’s timeout', () => {

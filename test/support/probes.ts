@@ -51,6 +51,7 @@ export function pausingDatabase(db: Database): PausingDatabase {
       return db.stats;
     },
     query: (text, values) => db.query(text, values),
+    queryOnce: (text, values) => db.queryOnce(text, values),
     withTransaction<T>(work: (tx: Executor) => Promise<T>): Promise<T> {
       return db.withTransaction(async (tx) => {
         const result = await work(tx);

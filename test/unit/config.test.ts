@@ -1,6 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { loadConfig, requireDeploymentValues } from '../../functions/adapters/config.ts';
+import {
+  DATABASE_FAILURE_REPORT_MARGIN_MS,
+  loadConfig,
+  requireDeploymentValues,
+} from '../../functions/adapters/config.ts';
 import { ConfigError, InfrastructureErrorCode } from '../../functions/adapters/errors.ts';
+import { FUNCTION_DEFINITIONS, QUEUE_DEFINITIONS } from '../../functions/adapters/queues.ts';
 
 /**
  * Configuration (contract §4): every variable's default, and for every rule a bad value that
@@ -14,6 +19,8 @@ const POSITIVE_INTEGER_VARIABLES = [
   'CLEANUP_RETRY_MAX_SECONDS',
   'FENCE_SWEEP_AFTER_SECONDS',
   'FENCE_SWEEP_INTERVAL_SECONDS',
+  'DATABASE_CONNECT_TIMEOUT_MS',
+  'DATABASE_QUERY_TIMEOUT_MS',
 ] as const;
 
 const BAD_POSITIVE_INTEGERS = [
@@ -52,7 +59,25 @@ describe('defaults (contract §4)', () => {
       fenceSweepAfterSeconds: 600,
       fenceSweepIntervalSeconds: 60,
       sqsEndpoint: undefined,
+      databaseConnectTimeoutMs: 5_000,
+      databaseQueryTimeoutMs: 20_000,
     });
+  });
+
+  it('bounds a hung database well inside the shortest consumer timeout (infra/queues.json)', () => {
+    const config = loadConfig({});
+    const shortest = Math.min(
+      ...Object.values(QUEUE_DEFINITIONS)
+        .filter((queue) => queue.consumer)
+        .map(
+          (queue) => FUNCTION_DEFINITIONS[queue.consumer as keyof typeof FUNCTION_DEFINITIONS].timeoutSeconds,
+        ),
+    );
+    expect(
+      config.databaseConnectTimeoutMs + config.databaseQueryTimeoutMs + DATABASE_FAILURE_REPORT_MARGIN_MS,
+    ).toBeLessThanOrEqual(shortest * 1000);
+    // The server's statement timeout ends a slow statement before the client gives up on it.
+    expect(config.databaseQueryTimeoutMs).toBeGreaterThan(config.databaseStatementTimeoutMs);
   });
 
   it('treats an empty value as unset (the default applies), and tolerates surrounding blanks', () => {
@@ -150,6 +175,24 @@ describe('rules: a bad value is refused with one line naming the variable, the v
     const error = configErrorOf({ CLEANUP_RETRY_BASE_SECONDS: '901' });
     expect(error.variable).toBe('CLEANUP_RETRY_MAX_SECONDS');
     expect(error.message).toContain('(901)');
+  });
+
+  it('refuses a query timeout that the statement timeout does not stay under, naming it', () => {
+    const error = configErrorOf({
+      DATABASE_STATEMENT_TIMEOUT_MS: '20000',
+      DATABASE_QUERY_TIMEOUT_MS: '20000',
+    });
+    expect(error.variable).toBe('DATABASE_QUERY_TIMEOUT_MS');
+    expect(error.message).toContain('"20000"');
+    expect(error.message).toContain('DATABASE_STATEMENT_TIMEOUT_MS (20000)');
+    // A longer statement timeout alone breaks the default query timeout too.
+    expect(configErrorOf({ DATABASE_STATEMENT_TIMEOUT_MS: '25000' }).variable).toBe(
+      'DATABASE_QUERY_TIMEOUT_MS',
+    );
+    expect(
+      loadConfig({ DATABASE_STATEMENT_TIMEOUT_MS: '25000', DATABASE_QUERY_TIMEOUT_MS: '25001' })
+        .databaseQueryTimeoutMs,
+    ).toBe(25_001);
   });
 
   it.each(['DATABASE_URL', 'SANDBOX_PROVISIONER_URL', 'AWS_ENDPOINT_URL_SQS'])(

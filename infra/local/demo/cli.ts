@@ -1,5 +1,5 @@
-import { redactUrl } from '../../../functions/adapters/config.ts';
 import { ConfigError } from '../../../functions/adapters/errors.ts';
+import { redactSecrets } from '../../../functions/adapters/redact.ts';
 import { runDemo } from './demo.ts';
 import { PlatformMessage } from './lines.ts';
 import { HELP_TEXT, parseCommandLine } from './options.ts';
@@ -43,7 +43,7 @@ async function main(): Promise<number> {
     if (!stop.signal.aborted) stop.abort(cause);
     platformLog(
       PlatformMessage.STACK_ERROR,
-      { source: 'process', error: redactUrl(cause.stack ?? cause.message) },
+      { source: 'process', error: redactSecrets(cause.stack ?? cause.message) },
       stop.signal.reason === cause ? 'ERROR' : 'WARN',
     );
   };
@@ -61,7 +61,7 @@ main().then(
       process.exit(ExitCode.USAGE);
     }
     const message = error instanceof Error ? (error.stack ?? error.message) : String(error);
-    process.stderr.write(`npm start failed: ${redactUrl(message)}\n`);
+    process.stderr.write(`npm start failed: ${redactSecrets(message)}\n`);
     process.exit(ExitCode.NOT_CONVERGED);
   },
 );

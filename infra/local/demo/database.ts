@@ -57,7 +57,8 @@ export async function startDemoDatabase(options: {
     for (const { datname } of leftovers.rows) {
       await admin.query(`DROP DATABASE IF EXISTS ${datname} WITH (FORCE)`);
     }
-    await admin.query(`CREATE DATABASE ${options.name}`);
+    // Sent once: repeated after a lost answer, it would fail with "already exists".
+    await admin.queryOnce(`CREATE DATABASE ${options.name}`);
   } catch (error) {
     await admin?.end().catch(() => {});
     await stopCluster();

@@ -5,6 +5,7 @@ import { join, relative, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type CleanupConfig, loadConfig, redactUrl } from '../../../functions/adapters/config.ts';
 import { type Database, openDatabase } from '../../../functions/adapters/database.ts';
+import { redactSecrets } from '../../../functions/adapters/redact.ts';
 import { startDatabaseBridge } from '../db-bridge.ts';
 import { PlatformSimulator } from '../platform.ts';
 import { seededRandom } from '../provisioner/faults.ts';
@@ -283,7 +284,7 @@ async function startServices(input: {
     provisionerSeed: options.seed,
     provisionerGraceMs: 500,
     onError: (error, source) =>
-      platformLog(PlatformMessage.STACK_ERROR, { source, error: redactUrl(error.message) }, 'ERROR'),
+      platformLog(PlatformMessage.STACK_ERROR, { source, error: redactSecrets(error.message) }, 'ERROR'),
   });
   teardown.push({ what: 'stack', run: () => stack.stop() });
   say(describeStack(stack, postgres, config, dataDir));
@@ -297,6 +298,8 @@ async function startServices(input: {
     maxConnections: PLATFORM_POOL_SIZE,
     lockTimeoutMs: config.databaseLockTimeoutMs,
     statementTimeoutMs: config.databaseStatementTimeoutMs,
+    connectTimeoutMs: config.databaseConnectTimeoutMs,
+    queryTimeoutMs: config.databaseQueryTimeoutMs,
   });
   teardown.push({ what: 'platform pool', run: () => platformDb.end() });
   return { stack, platformDb, postgres, postmasterPid };
@@ -411,7 +414,7 @@ function describeStack(stack: Stack, postgres: string, config: CleanupConfig, da
 
 function describeFailure(error: unknown): string {
   const message = error instanceof Error ? error.message : String(error);
-  return redactUrl(message);
+  return redactSecrets(message);
 }
 
 function throwIfAborted(signal: AbortSignal): void {

@@ -3,6 +3,7 @@ import { DemoOutcome, type DemoSummary } from './summary.ts';
 /** What each error code of a failed attempt means, in the words of the fault that caused it. */
 const FAILURE_MEANING: Record<string, string> = {
   PROVISIONER_UNAVAILABLE: '5xx answer',
+  PROVISIONER_THROTTLED: '429 answer (too many requests)',
   PROVISIONER_DELETE_TIMEOUT: 'hung until the delete timeout',
   CLEANUP_TIMEOUT: 'hung until the release deadline',
   PROVISIONER_CONNECTION: 'connection reset, twice',

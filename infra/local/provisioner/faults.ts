@@ -7,6 +7,17 @@ const methodSchema = z.enum(['GET', 'POST', 'DELETE']);
 const methodFilterSchema = z.union([methodSchema, z.literal('*'), z.array(methodSchema).min(1)]);
 const probabilitySchema = z.number().min(0).max(1);
 
+/**
+ * A `Retry-After` to send with a status fault: a raw header value (hostile ones included), or a
+ * delay in seconds written as delta-seconds or as the HTTP-date that far from the moment of the
+ * answer.
+ */
+const retryAfterSchema = z.union([
+  z.string().max(1000),
+  z.strictObject({ seconds: z.number().int(), as: z.enum(['delta-seconds', 'http-date']) }),
+]);
+export type RetryAfterFault = z.infer<typeof retryAfterSchema>;
+
 /** Which requests a fault applies to, shared by every fault kind. */
 const scope = {
   method: methodFilterSchema.optional(),
@@ -21,7 +32,11 @@ const scope = {
  * - `latencyMs`: wait, then handle normally.
  * - `hang`: never answer, until the client disconnects, the provisioner stops, or the fault
  *   is cleared; a request released by clearing is then handled normally.
- * - `status` (+ `body`): answer that status without touching the sandbox.
+ * - `status` (+ `body`, `contentType`, `retryAfter`): answer that status without touching the
+ *   sandbox: a 429 or 503 with a Retry-After, a catch-all server's 200 with an HTML page
+ *   (`contentType: 'text/html'`) or an empty body (`body: ''`).
+ * - `gone`: handle for real (the sandbox is deleted), then answer 410 where the real answer was
+ *   200 or 404: a provisioner that reports a removed sandbox as gone.
  * - `reset`: destroy the connection without answering. With `afterHandling`, the request is
  *   handled for real first (the sandbox is deleted) and only the answer is lost.
  * - `conflictGeneration`: answer `409 {"current_generation": n}` without touching anything.
@@ -31,7 +46,14 @@ const scope = {
 export const faultSchema = z.union([
   z.strictObject({ latencyMs: z.number().int().nonnegative(), ...scope }),
   z.strictObject({ hang: z.literal(true), ...scope }),
-  z.strictObject({ status: z.number().int().min(100).max(599), body: z.string().optional(), ...scope }),
+  z.strictObject({
+    status: z.number().int().min(100).max(599),
+    body: z.string().optional(),
+    contentType: z.string().min(1).max(200).optional(),
+    retryAfter: retryAfterSchema.optional(),
+    ...scope,
+  }),
+  z.strictObject({ gone: z.literal(true), ...scope }),
   z.strictObject({ reset: z.literal(true), afterHandling: z.boolean().optional(), ...scope }),
   z.strictObject({ conflictGeneration: z.number().int().nonnegative(), ...scope }),
   z.strictObject({ oversizedBodyBytes: z.number().int().positive(), ...scope }),
@@ -66,7 +88,14 @@ export type FaultProfile = z.infer<typeof faultProfileSchema>;
 export type FaultAction =
   | { readonly kind: 'latency'; readonly ms: number }
   | { readonly kind: 'hang' }
-  | { readonly kind: 'status'; readonly status: number; readonly body: string | undefined }
+  | {
+      readonly kind: 'status';
+      readonly status: number;
+      readonly body: string | undefined;
+      readonly contentType?: string | undefined;
+      readonly retryAfter?: RetryAfterFault | undefined;
+    }
+  | { readonly kind: 'gone' }
   | { readonly kind: 'reset'; readonly afterHandling: boolean }
   | { readonly kind: 'conflict'; readonly currentGeneration: number }
   | { readonly kind: 'oversized'; readonly bytes: number }
@@ -240,7 +269,16 @@ function methodMatches(filter: Fault['method'], method: ApiMethod): boolean {
 function toAction(fault: Fault): FaultAction {
   if ('latencyMs' in fault) return { kind: 'latency', ms: fault.latencyMs };
   if ('hang' in fault) return { kind: 'hang' };
-  if ('status' in fault) return { kind: 'status', status: fault.status, body: fault.body };
+  if ('status' in fault) {
+    return {
+      kind: 'status',
+      status: fault.status,
+      body: fault.body,
+      contentType: fault.contentType,
+      retryAfter: fault.retryAfter,
+    };
+  }
+  if ('gone' in fault) return { kind: 'gone' };
   if ('reset' in fault) return { kind: 'reset', afterHandling: fault.afterHandling ?? false };
   if ('conflictGeneration' in fault) return { kind: 'conflict', currentGeneration: fault.conflictGeneration };
   if ('oversizedBodyBytes' in fault) return { kind: 'oversized', bytes: fault.oversizedBodyBytes };
@@ -250,7 +288,7 @@ function toAction(fault: Fault): FaultAction {
 function labelOf(action: FaultAction): string {
   switch (action.kind) {
     case 'status':
-      return `status:${action.status}`;
+      return `status:${action.status}${action.retryAfter === undefined ? '' : '+retry-after'}`;
     case 'conflict':
       return `conflict:${action.currentGeneration}`;
     case 'reset':

@@ -39,11 +39,17 @@ export async function readJsonBody(request: IncomingMessage): Promise<unknown> {
   }
 }
 
-export function sendJson(response: ServerResponse, status: number, body: unknown): void {
+export function sendJson(
+  response: ServerResponse,
+  status: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+): void {
   const text = JSON.stringify(body);
   response.writeHead(status, {
     'content-type': 'application/json',
     'content-length': Buffer.byteLength(text),
+    ...headers,
   });
   response.end(text);
 }
@@ -56,14 +62,28 @@ export function sendError(response: ServerResponse, error: unknown): void {
   sendJson(response, status, { error: message });
 }
 
-/** Sends a raw body (an injected error), JSON-typed when it parses as JSON. */
-export function sendText(response: ServerResponse, status: number, text: string): void {
-  let contentType = 'text/plain; charset=utf-8';
-  try {
-    JSON.parse(text);
-    contentType = 'application/json';
-  } catch {}
-  response.writeHead(status, { 'content-type': contentType, 'content-length': Buffer.byteLength(text) });
+/**
+ * Sends a raw body (an injected error), typed `contentType` when given, else JSON when it parses
+ * as JSON and plain text otherwise.
+ */
+export function sendText(
+  response: ServerResponse,
+  status: number,
+  text: string,
+  options: { contentType?: string | undefined; headers?: Record<string, string> } = {},
+): void {
+  let contentType = options.contentType ?? 'text/plain; charset=utf-8';
+  if (options.contentType === undefined) {
+    try {
+      JSON.parse(text);
+      contentType = 'application/json';
+    } catch {}
+  }
+  response.writeHead(status, {
+    'content-type': contentType,
+    'content-length': Buffer.byteLength(text),
+    ...options.headers,
+  });
   response.end(text);
 }
 

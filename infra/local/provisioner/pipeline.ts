@@ -10,7 +10,7 @@ import {
   type SandboxUrlOf,
 } from './api.ts';
 import type { AuditLog } from './audit.ts';
-import type { FaultDecision, FaultTable } from './faults.ts';
+import type { FaultDecision, FaultTable, RetryAfterFault } from './faults.ts';
 import {
   pause,
   readJsonBody,
@@ -116,9 +116,14 @@ export function createApiPipeline(deps: PipelineDependencies) {
         return outcome === 'released';
       }
       case 'status': {
-        const { status, body } = decision.action;
-        if (body === undefined) sendJson(response, status, { error: `injected fault: status ${status}` });
-        else sendText(response, status, body);
+        const { status, body, contentType, retryAfter } = decision.action;
+        const headers: Record<string, string> =
+          retryAfter === undefined ? {} : { 'retry-after': retryAfterHeader(retryAfter) };
+        if (body === undefined && contentType === undefined) {
+          sendJson(response, status, { error: `injected fault: status ${status}` }, headers);
+        } else {
+          sendText(response, status, body ?? '', { contentType, headers });
+        }
         return false;
       }
       case 'conflict':
@@ -164,10 +169,24 @@ export function createApiPipeline(deps: PipelineDependencies) {
       case 'reset':
         audit.finish(api.entry, AUDIT_OUTCOME.reset);
         return resetConnection(api.request);
+      case 'gone':
+        if (answer.status === 200 || answer.status === 404) {
+          return sendJson(response, 410, { error: 'gone', sandbox_id: api.entry.sandboxId });
+        }
+        return sendJson(response, answer.status, answer.body);
       default:
         return sendJson(response, answer.status, answer.body);
     }
   }
 
   return { serve };
+}
+
+/** The header value of a Retry-After fault; an HTTP-date is computed at the moment of the answer. */
+function retryAfterHeader(retryAfter: RetryAfterFault): string {
+  if (typeof retryAfter === 'string') return retryAfter;
+  if (retryAfter.as === 'delta-seconds') return String(retryAfter.seconds);
+  // toUTCString() writes IMF-fixdate, the preferred HTTP-date form. It drops the milliseconds, so
+  // round up to the next whole second: the date must not ask for less than `seconds`.
+  return new Date(Math.ceil(Date.now() / 1000) * 1000 + retryAfter.seconds * 1000).toUTCString();
 }

@@ -1,4 +1,9 @@
-import { type CleanupConfig, type CONFIG_DEFAULTS, redactUrl } from '../../../functions/adapters/config.ts';
+import {
+  type CleanupConfig,
+  type CONFIG_DEFAULTS,
+  DATABASE_FAILURE_REPORT_MARGIN_MS,
+  redactUrl,
+} from '../../../functions/adapters/config.ts';
 import { ConfigError } from '../../../functions/adapters/errors.ts';
 import { FUNCTION_DEFINITIONS, QUEUE_DEFINITIONS } from '../../../functions/adapters/queues.ts';
 import type { Command } from '../command.ts';
@@ -61,6 +66,31 @@ function ladder(config: CleanupConfig): Array<LadderCheck & { failure: () => Con
         ),
     },
   ];
+  // A hung database fails a record within connect + query timeout; the consumer then still needs
+  // the margin to report it, before the shortest consumer's Lambda deadline.
+  const databaseBound =
+    (config.databaseConnectTimeoutMs + config.databaseQueryTimeoutMs + DATABASE_FAILURE_REPORT_MARGIN_MS) /
+    1000;
+  const shortestConsumer = Math.min(
+    ...Object.values(QUEUE_DEFINITIONS)
+      .filter((definition) => definition.consumer)
+      .map(
+        (definition) =>
+          FUNCTION_DEFINITIONS[definition.consumer as keyof typeof FUNCTION_DEFINITIONS].timeoutSeconds,
+      ),
+  );
+  checks.push({
+    rule: `database connect + query timeout + ${DATABASE_FAILURE_REPORT_MARGIN_MS / 1000} s ≤ shortest consumer function timeout`,
+    left: databaseBound,
+    right: shortestConsumer,
+    holds: databaseBound <= shortestConsumer,
+    failure: () =>
+      new ConfigError(
+        'DATABASE_QUERY_TIMEOUT_MS',
+        String(config.databaseQueryTimeoutMs),
+        `with DATABASE_CONNECT_TIMEOUT_MS (${config.databaseConnectTimeoutMs}) and a ${DATABASE_FAILURE_REPORT_MARGIN_MS} ms margin must fit the shortest consumer function timeout (${shortestConsumer} s, infra/queues.json)`,
+      ),
+  });
   for (const [queue, definition] of Object.entries(QUEUE_DEFINITIONS)) {
     if (!definition.consumer) continue;
     const functionTimeout =
@@ -118,6 +148,8 @@ function settings(env: Env, config: CleanupConfig): Setting[] {
     FENCE_SWEEP_INTERVAL_SECONDS: config.fenceSweepIntervalSeconds,
     DATABASE_LOCK_TIMEOUT_MS: config.databaseLockTimeoutMs,
     DATABASE_STATEMENT_TIMEOUT_MS: config.databaseStatementTimeoutMs,
+    DATABASE_CONNECT_TIMEOUT_MS: config.databaseConnectTimeoutMs,
+    DATABASE_QUERY_TIMEOUT_MS: config.databaseQueryTimeoutMs,
   };
   for (const [variable, value] of Object.entries(numbers)) {
     list.push({ variable, value: String(value), source: given(variable) ? 'environment' : 'default' });

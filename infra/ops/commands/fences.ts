@@ -65,6 +65,7 @@ export async function listPendingFences(
   db: Executor,
   limit: number,
 ): Promise<{ fences: PendingFence[]; total: number }> {
+  // A read: safe to send again after a lost connection (Database.query does, once).
   const { rows } = await db.query<FenceRow>(PENDING_FENCES, [limit]);
   const counted = await db.query<{ total: number }>(COUNT_PENDING_FENCES);
   return {

@@ -19,6 +19,7 @@ export const retryCommand: Command = {
   async run(input, context) {
     const runId = input.positionals[0]!;
     const db = await context.database();
+    // A read: safe to send again after a lost connection (Database.query does, once).
     const { rows } = await db.query<{ run_type: string; runtime_cleanup_pending: boolean }>(RUN_FENCE, [
       runId,
     ]);

@@ -3,7 +3,7 @@ import { WebSocket } from 'ws';
 import { isCleanupError } from '../cleanup/errors.ts';
 import type { Database, Executor } from '../cleanup/executor.ts';
 import { redactUrl } from './config.ts';
-import { DatabaseLockTimeoutError, DatabaseUnavailableError } from './errors.ts';
+import { DatabaseAuthenticationError, DatabaseLockTimeoutError, DatabaseUnavailableError } from './errors.ts';
 
 export type { Database, Executor };
 
@@ -12,13 +12,19 @@ export type { Database, Executor };
  * WebSocket. Interactive transactions (advisory locks, `FOR UPDATE`) need it: Neon's HTTP
  * `neon()` function cannot hold a transaction open.
  *
- * Locally no Neon proxy exists, so a WebSocket-to-TCP bridge (`infra/local/db-bridge.ts`)
- * stands in: `DATABASE_WS_PROXY=127.0.0.1:<port>`, or, for a loopback `DATABASE_URL` with no
- * proxy configured, one started in-process on first use.
+ * Locally no Neon proxy exists, so a WebSocket-to-TCP bridge stands in (`wsProxy`). The local
+ * entry points start it and pass its address (infra/local/database.ts); nothing here imports it,
+ * so no deployed bundle carries local-only code.
  */
 
 export interface DatabaseOptions {
   url: string;
+  /**
+   * Reads the connection string again when the database rejects the credentials (SQLSTATE 28P01
+   * or 28000: a rotated password). Once per rejection: a changed URL replaces the pool and the
+   * work is tried once more; an unchanged one fails with DatabaseAuthenticationError.
+   */
+  rereadUrl?: () => Promise<string>;
   /** `host:port` of a local WebSocket bridge; omitted in deployment (Neon's own proxy). */
   wsProxy?: string;
   maxConnections?: number;
@@ -41,7 +47,16 @@ export const SQLSTATE = {
   DEADLOCK_DETECTED: '40P01',
   SERIALIZATION_FAILURE: '40001',
   TOO_MANY_CONNECTIONS: '53300',
+  /**
+   * Credentials refused. (PgBouncer 1.18 itself reports a failed login as 08P01, measured here:
+   * a rotation behind a self-hosted PgBouncer is then retried as a lost connection and picked up
+   * at the next cold start. Neon's proxy and PostgreSQL answer 28P01.)
+   */
+  INVALID_PASSWORD: '28P01',
+  INVALID_AUTHORIZATION: '28000',
 } as const;
+
+const AUTHENTICATION_SQLSTATES = new Set<string>([SQLSTATE.INVALID_PASSWORD, SQLSTATE.INVALID_AUTHORIZATION]);
 
 const RETRYABLE_SQLSTATES = new Set<string>([
   SQLSTATE.ADMIN_SHUTDOWN,
@@ -64,6 +79,13 @@ export function translateDatabaseError(error: unknown): unknown {
       { cause: error },
     );
   }
+  if (typeof sqlstate === 'string' && AUTHENTICATION_SQLSTATES.has(sqlstate)) {
+    return new DatabaseAuthenticationError(
+      `database refused the credentials: ${message}`,
+      { sqlstate },
+      { cause: error },
+    );
+  }
   if (typeof sqlstate === 'string' && (RETRYABLE_SQLSTATES.has(sqlstate) || sqlstate.startsWith('08'))) {
     return new DatabaseUnavailableError(`database unavailable: ${message}`, { sqlstate }, { cause: error });
   }
@@ -72,13 +94,6 @@ export function translateDatabaseError(error: unknown): unknown {
     return new DatabaseUnavailableError(`database connection failed: ${message}`, {}, { cause: error });
   }
   return error;
-}
-
-let inProcessBridge: Promise<{ address: string; close(): Promise<void> }> | undefined;
-
-function isLoopbackUrl(url: string): boolean {
-  const host = new URL(url).hostname.replace(/^\[|\]$/g, '');
-  return host === 'localhost' || host === '::1' || /^127(\.\d{1,3}){3}$/.test(host);
 }
 
 /** Points the Neon driver at a local bridge for loopback hosts; other hosts keep Neon's proxy. */
@@ -95,32 +110,53 @@ function configureDriver(wsProxy: string | undefined): void {
   neonConfig.coalesceWrites = false;
 }
 
-async function resolveWsProxy(options: DatabaseOptions): Promise<string | undefined> {
-  const configured = options.wsProxy ?? process.env.DATABASE_WS_PROXY;
-  if (configured) return configured;
-  if (!isLoopbackUrl(options.url)) return undefined;
-  inProcessBridge ??= import('../../infra/local/db-bridge.ts').then((module) => module.startDatabaseBridge());
-  return (await inProcessBridge).address;
-}
-
-/** Closes the bridge started on demand for a loopback URL, if any (CLIs call this before exit). */
-export async function closeInProcessBridge(): Promise<void> {
-  const bridge = inProcessBridge;
-  inProcessBridge = undefined;
-  if (bridge) await (await bridge).close();
-}
-
 export async function openDatabase(options: DatabaseOptions): Promise<Database> {
-  configureDriver(await resolveWsProxy(options));
-  const pool = new Pool({
-    connectionString: options.url,
-    max: options.maxConnections ?? 10,
-    // An idle socket is likelier to be dead (frozen Lambda, proxy idle timeout) than reusable.
-    idleTimeoutMillis: 30_000,
-  });
-  // An idle client whose backend is terminated emits 'error' on the pool; unhandled, it would
-  // crash the process. The pool discards that client by itself.
-  pool.on('error', (error: Error) => options.onIdleError?.(error));
+  configureDriver(options.wsProxy);
+  const createPool = (url: string) => {
+    const created = new Pool({
+      connectionString: url,
+      max: options.maxConnections ?? 10,
+      // An idle socket is likelier to be dead (frozen Lambda, proxy idle timeout) than reusable.
+      idleTimeoutMillis: 30_000,
+    });
+    // An idle client whose backend is terminated emits 'error' on the pool; unhandled, it would
+    // crash the process. The pool discards that client by itself.
+    created.on('error', (error: Error) => options.onIdleError?.(error));
+    return created;
+  };
+  let url = options.url;
+  let pool = createPool(url);
+  let rotating: Promise<boolean> | undefined;
+
+  /**
+   * After a rejected login: read the URL again (one read for all who were rejected by the same
+   * pool) and, if it changed, continue on a new pool. The old one ends once its clients are back.
+   */
+  const rotate = (rejectedBy: Pool): Promise<boolean> => {
+    if (pool !== rejectedBy) return Promise.resolve(true);
+    rotating ??= (async () => {
+      const next = await options.rereadUrl!();
+      if (next === url) return false;
+      const old = pool;
+      url = next;
+      pool = createPool(next);
+      void old.end().catch(() => {});
+      return true;
+    })().finally(() => {
+      rotating = undefined;
+    });
+    return rotating;
+  };
+  const withCurrentCredentials = async <T>(work: (target: Pool) => Promise<T>): Promise<T> => {
+    const used = pool;
+    try {
+      return await work(used);
+    } catch (error) {
+      if (!(error instanceof DatabaseAuthenticationError) || !options.rereadUrl) throw error;
+      if (!(await rotate(used))) throw error;
+      return work(pool);
+    }
+  };
   const lockTimeoutMs = Math.trunc(options.lockTimeoutMs);
   const statementTimeoutMs = Math.trunc(options.statementTimeoutMs);
   // Built once from validated integers (never from message text): one round trip opens the
@@ -140,24 +176,25 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
 
   return {
     stats,
-    query: (text, values) => run(pool, text, values),
-    async withTransaction(work) {
-      try {
-        return await transactOnce(work);
-      } catch (error) {
-        if (!isLostConnection(error)) throw error;
-        return transactOnce(work);
-      }
-    },
+    query: (text, values) => withCurrentCredentials((target) => run(target, text, values)),
+    withTransaction: (work) =>
+      withCurrentCredentials(async (target) => {
+        try {
+          return await transactOnce(target, work);
+        } catch (error) {
+          if (!isLostConnection(error)) throw error;
+          return transactOnce(target, work);
+        }
+      }),
     async end() {
       await pool.end();
     },
   };
 
-  async function transactOnce<T>(work: (tx: Executor) => Promise<T>): Promise<T> {
+  async function transactOnce<T>(target: Pool, work: (tx: Executor) => Promise<T>): Promise<T> {
     let client: PoolClient;
     try {
-      client = await pool.connect();
+      client = await target.connect();
     } catch (error) {
       throw translateDatabaseError(error);
     }

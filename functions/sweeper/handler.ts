@@ -1,7 +1,8 @@
 import type { Context } from 'aws-lambda';
 import type { CleanupConfig } from '../adapters/config.ts';
 import type { Database } from '../adapters/database.ts';
-import { dependenciesFromEnvironment } from '../adapters/dependencies.ts';
+import { deployedInfrastructure } from '../adapters/deployed-infrastructure.ts';
+import type { ComposedFunction, Infrastructure } from '../adapters/infrastructure.ts';
 import { lambdaEntry } from '../adapters/lambda.ts';
 import { MetricName } from '../adapters/metric-names.ts';
 import type { Telemetry } from '../adapters/observability.ts';
@@ -41,7 +42,19 @@ export function createSweeperHandler(deps: {
   };
 }
 
-export const handler = lambdaEntry(async () => {
-  const deps = await dependenciesFromEnvironment('sweeper');
-  return { handler: createSweeperHandler(deps), telemetry: deps.telemetry };
-});
+/** The composition root: the sweeper needs the database and the queues, nothing else. */
+export async function composeSweeper(
+  infrastructure: Infrastructure,
+): Promise<ComposedFunction<unknown, SweepResult>> {
+  const telemetry = infrastructure.telemetry('sweeper');
+  const db = await infrastructure.database('sweeper', telemetry);
+  const handler = createSweeperHandler({
+    config: infrastructure.config,
+    db,
+    queues: infrastructure.queues(),
+    telemetry,
+  });
+  return { handler, telemetry, close: async () => {} };
+}
+
+export const handler = lambdaEntry(() => composeSweeper(deployedInfrastructure()));

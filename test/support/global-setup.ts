@@ -2,7 +2,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestProject } from 'vitest/node';
-import { closeInProcessBridge, openDatabase } from '../../functions/adapters/database.ts';
+import { openDatabase } from '../../functions/adapters/database.ts';
 import { startDatabaseBridge } from '../../infra/local/db-bridge.ts';
 import { type EmbeddedPostgresHandle, startEmbeddedPostgres } from '../../infra/local/embedded-postgres.ts';
 import { migrate } from '../../infra/migrate.ts';
@@ -46,7 +46,6 @@ export default async function setup(project: TestProject) {
     }
     await admin.end();
     await bridge.close();
-    await closeInProcessBridge();
     if (embedded) await embedded.stop();
     if (embeddedDir) await rm(embeddedDir, { recursive: true, force: true });
   };

@@ -15,7 +15,10 @@ import { redactSecrets } from './redact.ts';
 export interface DatabaseUrlSource {
   /** Where the value comes from, for messages: never the value itself. */
   readonly origin: string;
-  /** The connection string, read on first use and then kept for the container's life. */
+  /**
+   * The connection string. A composition root asks once, at cold start, and the function keeps
+   * it for the container's life (lambdaEntry builds once).
+   */
   current(): Promise<string>;
   /**
    * Reads it again, for when the database rejected the credentials (a rotated password). Calls
@@ -78,28 +81,15 @@ export function ssmDatabaseUrl(options: { client: SSMClient; parameterName: stri
     return value;
   };
 
-  let cached: Promise<string> | undefined;
   let rereading: Promise<string> | undefined;
   return {
     origin,
-    current() {
-      cached ??= read();
-      // A failed read is not kept: the next invocation (a new cold start attempt) reads again.
-      cached.catch(() => {
-        cached = undefined;
-      });
-      return cached;
-    },
+    current: read,
     reread() {
       rereading ??= read().finally(() => {
         rereading = undefined;
       });
-      const next = rereading;
-      cached = next;
-      next.catch(() => {
-        if (cached === next) cached = undefined;
-      });
-      return next;
+      return rereading;
     },
   };
 }

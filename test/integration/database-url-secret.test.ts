@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import type { SQSEvent } from 'aws-lambda';
-import { afterAll, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, inject, it, onTestFinished } from 'vitest';
 import { databasePoolSize } from '../../functions/adapters/connection-budget.ts';
 import { type Database, openDatabase } from '../../functions/adapters/database.ts';
 import { deployedInfrastructure } from '../../functions/adapters/deployed-infrastructure.ts';
@@ -14,8 +14,12 @@ import { deadLetterQueueName, QueueName } from '../../functions/adapters/queues.
 import { composeFenceCheck } from '../../functions/fence-check/handler.ts';
 import { type EmbeddedPostgresHandle, startEmbeddedPostgres } from '../../infra/local/embedded-postgres.ts';
 import { localLambdaContext } from '../../infra/local/event-source.ts';
+import { startStack } from '../../infra/local/stack.ts';
 import { migrate } from '../../infra/migrate.ts';
+import { createOpsContext } from '../../infra/ops/context.ts';
+import { runChild } from '../support/child-process.ts';
 import { useSqsFixture } from '../support/fixtures.ts';
+import { PROJECT_ROOT } from '../support/packaged-template.ts';
 import { sqsRecord } from '../support/sqs-record.ts';
 import { type LocalSsm, startLocalSsm } from '../support/ssm-server.ts';
 
@@ -181,6 +185,7 @@ describe('the database URL from an SSM SecureString', () => {
 
     // The rotation: the database takes the new password first, then the parameter is updated.
     await admin.query(`ALTER ROLE ${ROLE} PASSWORD 'beta-password'`);
+    onTestFinished(() => admin.query(`ALTER ROLE ${ROLE} PASSWORD 'alpha-password'`).then(() => {}));
     ssm.put(PARAMETER, { type: 'SecureString', value: urlWith('beta-password') });
 
     // Records run in parallel: beyond the idle connection the pool must log in again, and the
@@ -191,7 +196,6 @@ describe('the database URL from an SSM SecureString', () => {
     expect(response.batchItemFailures).toEqual([]);
     expect(ssm.requests).toHaveLength(2);
     expect(await deadLettered()).toEqual(Array(1 + batch.Records.length).fill('RUN_NOT_FOUND'));
-    await admin.query(`ALTER ROLE ${ROLE} PASSWORD 'alpha-password'`);
   });
 
   it('fails the record retryably with DATABASE_AUTH_FAILED when the parameter still holds a refused password, after exactly one more read', async () => {
@@ -252,6 +256,31 @@ describe('the database URL from an SSM SecureString', () => {
   });
 });
 
+describe('the local commands', () => {
+  it('refuse the deployed parameter without a DATABASE_URL instead of using the local default database', async () => {
+    const env = { DATABASE_URL_PARAMETER: PARAMETER };
+    const refusal =
+      /DATABASE_URL="" is invalid: is required here: this command does not read DATABASE_URL_PARAMETER/;
+    await expect(startStack({ env, sqsPort: 0 })).rejects.toThrow(refusal);
+    expect(() => createOpsContext(env)).toThrow(refusal);
+    const migrateRun = await runChild('npm', ['run', '--silent', 'migrate'], {
+      cwd: PROJECT_ROOT,
+      // A bridge address nothing listens on: should the refusal ever go, the command fails to
+      // connect instead of migrating the machine's default database.
+      env: {
+        PATH: process.env.PATH ?? '',
+        HOME: process.env.HOME ?? '/tmp',
+        DATABASE_WS_PROXY: '127.0.0.1:9',
+        ...env,
+      },
+      timeoutMs: 60_000,
+    });
+    expect(migrateRun.code).not.toBe(0);
+    expect(migrateRun.stderr).toMatch(refusal);
+    expect(migrateRun.stdout).not.toContain('migrations applied');
+  });
+});
+
 describe('the deployed pool', () => {
   it('opens at most the function’s databasePoolSize connections, however much work waits', async () => {
     const applicationName = `rc-pool-${randomUUID().slice(0, 8)}`;
@@ -280,7 +309,13 @@ describe('the deployed pool', () => {
         await gate;
       }),
     );
-    await poolFull;
+    // A pool that fails instead of filling up fails the test here, not at its timeout.
+    await Promise.race([
+      poolFull,
+      Promise.all(work).then(() => {
+        throw new Error('all the work finished without the pool ever being full');
+      }),
+    ]);
     const { rows } = await admin.query<{ n: number }>(
       'SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1::text',
       [applicationName],

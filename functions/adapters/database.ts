@@ -126,21 +126,27 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
   };
   let url = options.url;
   let pool = createPool(url);
+  /**
+   * Pools replaced after a rotation. Not ended then: a pool that is ending never serves the work
+   * already queued in it (pg-pool's queue stops), which would leave it waiting forever (seen in
+   * database-url-secret.test.ts). They serve their queue (a refused login there retries on the
+   * new pool), their idle connections close after idleTimeoutMillis, and end() ends them too.
+   */
+  const retired: Pool[] = [];
   let rotating: Promise<boolean> | undefined;
 
   /**
    * After a rejected login: read the URL again (one read for all who were rejected by the same
-   * pool) and, if it changed, continue on a new pool. The old one ends once its clients are back.
+   * pool) and, if it changed, continue on a new pool.
    */
   const rotate = (rejectedBy: Pool): Promise<boolean> => {
     if (pool !== rejectedBy) return Promise.resolve(true);
     rotating ??= (async () => {
       const next = await options.rereadUrl!();
       if (next === url) return false;
-      const old = pool;
+      retired.push(pool);
       url = next;
       pool = createPool(next);
-      void old.end().catch(() => {});
       return true;
     })().finally(() => {
       rotating = undefined;
@@ -187,7 +193,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
         }
       }),
     async end() {
-      await pool.end();
+      await Promise.all([...retired, pool].map((each) => each.end()));
     },
   };
 

@@ -256,6 +256,61 @@ describe('the database URL from an SSM SecureString', () => {
   });
 });
 
+describe('a rotation while the pool is full', () => {
+  it('serves the work queued behind a refused login on the new credentials, none left waiting', async () => {
+    await admin.query(`ALTER ROLE ${ROLE} PASSWORD 'alpha-password'`);
+    let rereads = 0;
+    const db = await openDatabase({
+      url: urlWith('alpha-password'),
+      rereadUrl: async () => {
+        rereads += 1;
+        return urlWith('beta-password');
+      },
+      wsProxy,
+      maxConnections: 2,
+      lockTimeoutMs: 5_000,
+      statementTimeoutMs: 30_000,
+    });
+    onTestFinished(async () => {
+      await admin.query(`ALTER ROLE ${ROLE} PASSWORD 'alpha-password'`);
+      await db.end();
+    });
+    await db.query('SELECT 1');
+    await admin.query(`ALTER ROLE ${ROLE} PASSWORD 'beta-password'`);
+
+    // One transaction keeps the pool's only login busy; four more statements need the second
+    // slot, so three of them queue in the pool behind a login the database refuses.
+    let release: () => void = () => {};
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let holding: () => void = () => {};
+    const isHolding = new Promise<void>((resolve) => {
+      holding = resolve;
+    });
+    const held = db.withTransaction(async (tx) => {
+      await tx.query('SELECT 1');
+      holding();
+      await gate;
+    });
+    await isHolding;
+    const queued = Promise.all(
+      Array.from({ length: 4 }, (_, i) => db.query<{ n: number }>('SELECT $1::int AS n', [i])),
+    );
+    let stuck: NodeJS.Timeout | undefined;
+    const answers = await Promise.race([
+      queued,
+      new Promise<never>((_, reject) => {
+        stuck = setTimeout(() => reject(new Error('work queued in the old pool was never served')), 15_000);
+      }),
+    ]).finally(() => clearTimeout(stuck));
+    expect(answers.map((answer) => answer.rows[0]?.n)).toEqual([0, 1, 2, 3]);
+    expect(rereads).toBe(1);
+    release();
+    await held;
+  });
+});
+
 describe('the local commands', () => {
   it('refuse the deployed parameter without a DATABASE_URL instead of using the local default database', async () => {
     const env = { DATABASE_URL_PARAMETER: PARAMETER };

@@ -1,14 +1,17 @@
-import { loadConfig } from '../functions/adapters/config.ts';
-import { closeInProcessBridge, describeDatabase, openDatabase } from '../functions/adapters/database.ts';
+import { loadConfig, refuseParameterWithoutUrl } from '../functions/adapters/config.ts';
+import { describeDatabase } from '../functions/adapters/database.ts';
 import { redactSecrets } from '../functions/adapters/redact.ts';
+import { closeLocalBridge, openLocalDatabase } from './local/database.ts';
 import { migrate } from './migrate.ts';
 
 /** `npm run migrate`: applies the migrations to DATABASE_URL (idempotent) and exits. */
 async function main(): Promise<void> {
   const config = loadConfig();
+  refuseParameterWithoutUrl(config);
   const url = config.databaseUrl ?? 'postgres://postgres@127.0.0.1:5432/postgres';
-  const db = await openDatabase({
+  const db = await openLocalDatabase({
     url,
+    ...(config.databaseWsProxy ? { wsProxy: config.databaseWsProxy } : {}),
     maxConnections: 1,
     lockTimeoutMs: config.databaseLockTimeoutMs,
     // Migrations may rewrite tables: give them longer than a cleanup transaction gets.
@@ -28,7 +31,7 @@ async function main(): Promise<void> {
     );
   } finally {
     await db.end();
-    await closeInProcessBridge();
+    await closeLocalBridge();
   }
 }
 

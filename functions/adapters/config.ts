@@ -8,6 +8,18 @@ import { redactConnectionString } from './redact.ts';
  */
 export interface CleanupConfig {
   databaseUrl: string | undefined;
+  /**
+   * Deployed: the SSM SecureString parameter that holds the connection string, read at cold start
+   * (adapters/database-url.ts), so no environment variable ever holds the password.
+   */
+  databaseUrlParameter: string | undefined;
+  /** `host:port` of a local WebSocket bridge for the Neon driver; unset in deployment. */
+  databaseWsProxy: string | undefined;
+  /**
+   * As given, not yet validated: only the release function calls the provisioner, so only it (and
+   * the local stack) validates it, with `requireProvisionerUrl`. A bad value must not stop the
+   * functions that never use it.
+   */
   provisionerUrl: string | undefined;
   releaseLockTimeoutSeconds: number;
   provisionerDeleteTimeoutSeconds: number;
@@ -28,6 +40,8 @@ export interface CleanupConfig {
    */
   databaseConnectTimeoutMs: number;
   databaseQueryTimeoutMs: number;
+  /** The most connections all functions together may open (checked by adapters/connection-budget.ts). */
+  databaseMaxConnections: number;
 }
 
 export const CONFIG_DEFAULTS = {
@@ -44,6 +58,13 @@ export const CONFIG_DEFAULTS = {
   // consumer timeout (30 s, infra/queues.json); check-config and packaging check it.
   DATABASE_CONNECT_TIMEOUT_MS: 5_000,
   DATABASE_QUERY_TIMEOUT_MS: 20_000,
+  /**
+   * The smallest Neon compute (0.25 CU) allows 104 connections, 7 of them kept for Neon's own
+   * superuser: 97 for applications. Half of them leaves the other half to the agent platform,
+   * which shares the database. Behind the pooled endpoint the same number bounds the server
+   * connections PgBouncer opens for us (its pool is 90% of max_connections per user and database).
+   */
+  DATABASE_MAX_CONNECTIONS: 50,
 } as const;
 
 /**
@@ -117,9 +138,20 @@ export function loadConfig(env: Env = process.env): CleanupConfig {
       `must be greater than DATABASE_STATEMENT_TIMEOUT_MS (${databaseStatementTimeoutMs})`,
     );
   }
+  const databaseUrl = optionalUrl(env, 'DATABASE_URL');
+  const databaseUrlParameter = optionalParameterName(env, 'DATABASE_URL_PARAMETER');
+  if (databaseUrl && databaseUrlParameter) {
+    throw new ConfigError(
+      'DATABASE_URL_PARAMETER',
+      databaseUrlParameter,
+      'must not be set together with DATABASE_URL: the connection string has one source',
+    );
+  }
   return {
-    databaseUrl: optionalUrl(env, 'DATABASE_URL'),
-    provisionerUrl: optionalUrl(env, 'SANDBOX_PROVISIONER_URL'),
+    databaseUrl,
+    databaseUrlParameter,
+    databaseWsProxy: env.DATABASE_WS_PROXY?.trim() || undefined,
+    provisionerUrl: env.SANDBOX_PROVISIONER_URL?.trim() || undefined,
     releaseLockTimeoutSeconds,
     provisionerDeleteTimeoutSeconds,
     runtimeCleanupTimeoutSeconds,
@@ -133,12 +165,56 @@ export function loadConfig(env: Env = process.env): CleanupConfig {
     databaseStatementTimeoutMs,
     databaseConnectTimeoutMs: positiveInteger(env, 'DATABASE_CONNECT_TIMEOUT_MS'),
     databaseQueryTimeoutMs,
+    databaseMaxConnections: positiveInteger(env, 'DATABASE_MAX_CONNECTIONS'),
   };
 }
 
-/** What a deployed function cannot run without; the local stack fills these in itself. */
-export function requireDeploymentValues(config: CleanupConfig): void {
-  if (!config.databaseUrl) throw new ConfigError('DATABASE_URL', '', 'is required in deployment');
-  if (!config.provisionerUrl)
-    throw new ConfigError('SANDBOX_PROVISIONER_URL', '', 'is required in deployment');
+/** SSM's rule for parameter names (letters, digits, `_.-/`), or the parameter's ARN. */
+const PARAMETER_NAME = /^(arn:[\w-]+:ssm:[\w-]+:\d{12}:parameter)?[\w.\-/]{1,1011}$/;
+
+function optionalParameterName(env: Env, name: string): string | undefined {
+  const raw = env[name]?.trim();
+  if (!raw) return undefined;
+  if (!PARAMETER_NAME.test(raw)) {
+    throw new ConfigError(name, raw, 'must be an SSM parameter name (letters, digits and _ . - /) or ARN');
+  }
+  return raw;
+}
+
+/** Every deployed function needs the database: its URL, or the parameter that holds it. */
+export function requireDatabaseUrlSource(config: CleanupConfig): void {
+  if (!config.databaseUrl && !config.databaseUrlParameter) {
+    throw new ConfigError(
+      'DATABASE_URL',
+      '',
+      'is required in deployment (or DATABASE_URL_PARAMETER, the SSM SecureString parameter holding it)',
+    );
+  }
+}
+
+/**
+ * The operator's commands (`npm run migrate`, `npm run ops`) take a plain DATABASE_URL. Given only
+ * the deployed functions' DATABASE_URL_PARAMETER they would fall back to the local default and act
+ * on the wrong database: refused, with the way to get the URL.
+ */
+export function refuseParameterWithoutUrl(config: CleanupConfig): void {
+  if (config.databaseUrlParameter && !config.databaseUrl) {
+    throw new ConfigError(
+      'DATABASE_URL',
+      '',
+      `is required here: this command does not read DATABASE_URL_PARAMETER; export it from the parameter first (aws ssm get-parameter --with-decryption --name ${config.databaseUrlParameter} --query Parameter.Value --output text)`,
+    );
+  }
+}
+
+/** SANDBOX_PROVISIONER_URL, validated; undefined when unset (the local stack then starts its own). */
+export function validProvisionerUrl(config: CleanupConfig): string | undefined {
+  return optionalUrl({ SANDBOX_PROVISIONER_URL: config.provisionerUrl }, 'SANDBOX_PROVISIONER_URL');
+}
+
+/** What the release function cannot run without (and no other function needs). */
+export function requireProvisionerUrl(config: CleanupConfig): string {
+  const url = validProvisionerUrl(config);
+  if (!url) throw new ConfigError('SANDBOX_PROVISIONER_URL', '', 'is required in deployment');
+  return url;
 }

@@ -3,7 +3,7 @@ import { WebSocket } from 'ws';
 import { isCleanupError } from '../cleanup/errors.ts';
 import type { Database, Executor } from '../cleanup/executor.ts';
 import { CONFIG_DEFAULTS, redactUrl } from './config.ts';
-import { DatabaseLockTimeoutError, DatabaseUnavailableError } from './errors.ts';
+import { DatabaseAuthenticationError, DatabaseLockTimeoutError, DatabaseUnavailableError } from './errors.ts';
 
 export type { Database, Executor };
 
@@ -12,13 +12,19 @@ export type { Database, Executor };
  * WebSocket. Interactive transactions (advisory locks, `FOR UPDATE`) need it: Neon's HTTP
  * `neon()` function cannot hold a transaction open.
  *
- * Locally no Neon proxy exists, so a WebSocket-to-TCP bridge (`infra/local/db-bridge.ts`)
- * stands in: `DATABASE_WS_PROXY=127.0.0.1:<port>`, or, for a loopback `DATABASE_URL` with no
- * proxy configured, one started in-process on first use.
+ * Locally no Neon proxy exists, so a WebSocket-to-TCP bridge stands in (`wsProxy`). The local
+ * entry points start it and pass its address (infra/local/database.ts); nothing here imports it,
+ * so no deployed bundle carries local-only code.
  */
 
 export interface DatabaseOptions {
   url: string;
+  /**
+   * Reads the connection string again when the database rejects the credentials (SQLSTATE 28P01
+   * or 28000: a rotated password). Once per rejection: a changed URL replaces the pool and the
+   * work is tried once more; an unchanged one fails with DatabaseAuthenticationError.
+   */
+  rereadUrl?: () => Promise<string>;
   /** `host:port` of a local WebSocket bridge; omitted in deployment (Neon's own proxy). */
   wsProxy?: string;
   maxConnections?: number;
@@ -54,7 +60,16 @@ export const SQLSTATE = {
   DEADLOCK_DETECTED: '40P01',
   SERIALIZATION_FAILURE: '40001',
   TOO_MANY_CONNECTIONS: '53300',
+  /**
+   * Credentials refused. (PgBouncer 1.18 itself reports a failed login as 08P01, measured here:
+   * a rotation behind a self-hosted PgBouncer is then retried as a lost connection and picked up
+   * at the next cold start. Neon's proxy and PostgreSQL answer 28P01.)
+   */
+  INVALID_PASSWORD: '28P01',
+  INVALID_AUTHORIZATION: '28000',
 } as const;
+
+const AUTHENTICATION_SQLSTATES = new Set<string>([SQLSTATE.INVALID_PASSWORD, SQLSTATE.INVALID_AUTHORIZATION]);
 
 const RETRYABLE_SQLSTATES = new Set<string>([
   SQLSTATE.ADMIN_SHUTDOWN,
@@ -73,6 +88,13 @@ export function translateDatabaseError(error: unknown): unknown {
   if (sqlstate === SQLSTATE.LOCK_NOT_AVAILABLE || sqlstate === SQLSTATE.QUERY_CANCELED) {
     return new DatabaseLockTimeoutError(
       `database lock or statement timeout: ${message}`,
+      { sqlstate },
+      { cause: error },
+    );
+  }
+  if (typeof sqlstate === 'string' && AUTHENTICATION_SQLSTATES.has(sqlstate)) {
+    return new DatabaseAuthenticationError(
+      `database refused the credentials: ${message}`,
       { sqlstate },
       { cause: error },
     );
@@ -100,13 +122,6 @@ function describeCause(error: unknown): string {
   return String(error);
 }
 
-let inProcessBridge: Promise<{ address: string; close(): Promise<void> }> | undefined;
-
-function isLoopbackUrl(url: string): boolean {
-  const host = new URL(url).hostname.replace(/^\[|\]$/g, '');
-  return host === 'localhost' || host === '::1' || /^127(\.\d{1,3}){3}$/.test(host);
-}
-
 /** Points the Neon driver at a local bridge for loopback hosts; other hosts keep Neon's proxy. */
 function configureDriver(wsProxy: string | undefined): void {
   neonConfig.webSocketConstructor = WebSocket as unknown as typeof neonConfig.webSocketConstructor;
@@ -119,21 +134,6 @@ function configureDriver(wsProxy: string | undefined): void {
   neonConfig.pipelineConnect = false;
   // Coalescing costs about 1.3 ms per query on loopback, where there is no network to save.
   neonConfig.coalesceWrites = false;
-}
-
-async function resolveWsProxy(options: DatabaseOptions): Promise<string | undefined> {
-  const configured = options.wsProxy ?? process.env.DATABASE_WS_PROXY;
-  if (configured) return configured;
-  if (!isLoopbackUrl(options.url)) return undefined;
-  inProcessBridge ??= import('../../infra/local/db-bridge.ts').then((module) => module.startDatabaseBridge());
-  return (await inProcessBridge).address;
-}
-
-/** Closes the bridge started on demand for a loopback URL, if any (CLIs call this before exit). */
-export async function closeInProcessBridge(): Promise<void> {
-  const bridge = inProcessBridge;
-  inProcessBridge = undefined;
-  if (bridge) await (await bridge).close();
 }
 
 /**
@@ -167,31 +167,73 @@ function timeoutError(phase: 'connect' | 'query', timeoutMs: number): DatabaseUn
 }
 
 export async function openDatabase(options: DatabaseOptions): Promise<Database> {
-  configureDriver(await resolveWsProxy(options));
+  configureDriver(options.wsProxy);
   const connectTimeoutMs = Math.trunc(
     options.connectTimeoutMs ?? CONFIG_DEFAULTS.DATABASE_CONNECT_TIMEOUT_MS,
   );
   const queryTimeoutMs = Math.trunc(
     options.queryTimeoutMs ?? options.statementTimeoutMs + QUERY_TIMEOUT_MARGIN_MS,
   );
-  const pool = new Pool({
-    connectionString: options.url,
-    max: options.maxConnections ?? 10,
-    // An idle socket is likelier to be dead (frozen Lambda, proxy idle timeout) than reusable.
-    idleTimeoutMillis: 30_000,
-    // The pool's own bound on a connect (and on a wait for a free slot): at it, the pool destroys
-    // the half-open connection and frees its slot. `acquire` below answers the caller at the same
-    // moment through its own timer, which the driver cannot delay.
-    connectionTimeoutMillis: connectTimeoutMs,
-  });
-  pool.on('connect', (client: PoolClient) => {
-    client.on('error', (error: Error) => {
-      if (!brokenClients.has(client)) brokenClients.set(client, error);
+  const createPool = (url: string) => {
+    const created = new Pool({
+      connectionString: url,
+      max: options.maxConnections ?? 10,
+      // An idle socket is likelier to be dead (frozen Lambda, proxy idle timeout) than reusable.
+      idleTimeoutMillis: 30_000,
+      // The pool's own bound on a connect (and on a wait for a free slot): at it, the pool destroys
+      // the half-open connection and frees its slot. `acquire` below answers the caller at the same
+      // moment through its own timer, which the driver cannot delay.
+      connectionTimeoutMillis: connectTimeoutMs,
     });
-  });
-  // An idle client whose backend is terminated emits 'error' on the pool too; unhandled, it would
-  // crash the process. The pool discards that client by itself.
-  pool.on('error', (error: Error) => options.onIdleError?.(error));
+    created.on('connect', (client: PoolClient) => {
+      client.on('error', (error: Error) => {
+        if (!brokenClients.has(client)) brokenClients.set(client, error);
+      });
+    });
+    // An idle client whose backend is terminated emits 'error' on the pool too; unhandled, it would
+    // crash the process. The pool discards that client by itself.
+    created.on('error', (error: Error) => options.onIdleError?.(error));
+    return created;
+  };
+  let url = options.url;
+  let pool = createPool(url);
+  /**
+   * Pools replaced after a rotation. Not ended then: a pool that is ending never serves the work
+   * already queued in it (pg-pool's queue stops), which would leave it waiting forever (seen in
+   * database-url-secret.test.ts). They serve their queue (a refused login there retries on the
+   * new pool), their idle connections close after idleTimeoutMillis, and end() ends them too.
+   */
+  const retired: Pool[] = [];
+  let rotating: Promise<boolean> | undefined;
+
+  /**
+   * After a rejected login: read the URL again (one read for all who were rejected by the same
+   * pool) and, if it changed, continue on a new pool.
+   */
+  const rotate = (rejectedBy: Pool): Promise<boolean> => {
+    if (pool !== rejectedBy) return Promise.resolve(true);
+    rotating ??= (async () => {
+      const next = await options.rereadUrl!();
+      if (next === url) return false;
+      retired.push(pool);
+      url = next;
+      pool = createPool(next);
+      return true;
+    })().finally(() => {
+      rotating = undefined;
+    });
+    return rotating;
+  };
+  const withCurrentCredentials = async <T>(work: (target: Pool) => Promise<T>): Promise<T> => {
+    const used = pool;
+    try {
+      return await work(used);
+    } catch (error) {
+      if (!(error instanceof DatabaseAuthenticationError) || !options.rereadUrl) throw error;
+      if (!(await rotate(used))) throw error;
+      return work(pool);
+    }
+  };
   const lockTimeoutMs = Math.trunc(options.lockTimeoutMs);
   const statementTimeoutMs = Math.trunc(options.statementTimeoutMs);
   // Built once from validated integers (never from message text): one round trip opens the
@@ -206,12 +248,12 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
    * gets no partial response. The timer starts before `pool.connect()`, so that at an equal
    * deadline it fires before the pool's own and the caller is told "connect timed out".
    */
-  const acquire = async (): Promise<PoolClient> => {
+  const acquire = async (target: Pool): Promise<PoolClient> => {
     let timer: NodeJS.Timeout | undefined;
     const timedOut = new Promise<never>((_, reject) => {
       timer = setTimeout(() => reject(timeoutError('connect', connectTimeoutMs)), connectTimeoutMs);
     });
-    const connecting = pool.connect();
+    const connecting = target.connect();
     try {
       return await Promise.race([connecting, timedOut]);
     } catch (error) {
@@ -262,8 +304,8 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     brokenClients.get(client) ??
     (isLostConnection(error) || isTimeout(error) ? (error as DatabaseUnavailableError) : undefined);
 
-  const queryOnce = async <Row>(text: string, values?: readonly unknown[]) => {
-    const client = await acquire();
+  const queryOnce = async <Row>(target: Pool, text: string, values?: readonly unknown[]) => {
+    const client = await acquire(target);
     let broken: Error | undefined;
     try {
       return await send<Row>(client, text, values);
@@ -275,8 +317,8 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     }
   };
 
-  const transactOnce = async <T>(work: (tx: Executor) => Promise<T>): Promise<T> => {
-    const client = await acquire();
+  const transactOnce = async <T>(target: Pool, work: (tx: Executor) => Promise<T>): Promise<T> => {
+    const client = await acquire(target);
     stats.transactions += 1;
     let broken: Error | undefined;
     try {
@@ -319,11 +361,13 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
 
   return {
     stats,
-    query: (text, values) => onceMoreIfLost(() => queryOnce(text, values)),
-    queryOnce,
-    withTransaction: (work) => onceMoreIfLost(() => transactOnce(work)),
+    query: (text, values) =>
+      withCurrentCredentials((target) => onceMoreIfLost(() => queryOnce(target, text, values))),
+    queryOnce: (text, values) => withCurrentCredentials((target) => queryOnce(target, text, values)),
+    withTransaction: (work) =>
+      withCurrentCredentials((target) => onceMoreIfLost(() => transactOnce(target, work))),
     async end() {
-      await pool.end();
+      await Promise.all([...retired, pool].map((each) => each.end()));
     },
   };
 }

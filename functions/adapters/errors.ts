@@ -9,6 +9,8 @@ export const InfrastructureErrorCode = {
   CONFIG_INVALID: 'CONFIG_INVALID',
   DATABASE_UNAVAILABLE: 'DATABASE_UNAVAILABLE',
   DATABASE_LOCK_TIMEOUT: 'DATABASE_LOCK_TIMEOUT',
+  DATABASE_AUTH_FAILED: 'DATABASE_AUTH_FAILED',
+  DATABASE_URL_UNREADABLE: 'DATABASE_URL_UNREADABLE',
   QUEUE_UNAVAILABLE: 'QUEUE_UNAVAILABLE',
 } as const;
 export type InfrastructureErrorCode = (typeof InfrastructureErrorCode)[keyof typeof InfrastructureErrorCode];
@@ -32,6 +34,26 @@ export class DatabaseUnavailableError extends CleanupError {
 
 export class DatabaseLockTimeoutError extends CleanupError {
   readonly code = InfrastructureErrorCode.DATABASE_LOCK_TIMEOUT;
+  readonly retryable = true;
+}
+
+/**
+ * The database refused the credentials (SQLSTATE 28P01 or 28000), even after the connection
+ * string was read again once: a rotation not finished yet, or a wrong secret. Retryable, so the
+ * work comes back with backoff while an operator fixes the secret, and dead-letters with this code
+ * if it never heals.
+ */
+export class DatabaseAuthenticationError extends CleanupError {
+  readonly code = InfrastructureErrorCode.DATABASE_AUTH_FAILED;
+  readonly retryable = true;
+}
+
+/**
+ * The connection string could not be read from where the deployment keeps it (an SSM
+ * SecureString). The message names the parameter and the reason, never the value.
+ */
+export class DatabaseUrlUnreadableError extends CleanupError {
+  readonly code = InfrastructureErrorCode.DATABASE_URL_UNREADABLE;
   readonly retryable = true;
 }
 

@@ -1,7 +1,9 @@
+import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { type ConsumerDependencies, createSqsConsumer } from '../adapters/batch.ts';
 import type { Database } from '../adapters/database.ts';
 import { nextDeferral } from '../adapters/deferral.ts';
-import { dependenciesFromEnvironment } from '../adapters/dependencies.ts';
+import { deployedInfrastructure } from '../adapters/deployed-infrastructure.ts';
+import type { ComposedFunction, Infrastructure } from '../adapters/infrastructure.ts';
 import { lambdaEntry, type SqsHandler } from '../adapters/lambda.ts';
 import { parseMessage, RunFinishedMessage } from '../adapters/messages.ts';
 import { MetricName } from '../adapters/metric-names.ts';
@@ -76,7 +78,21 @@ export function createFenceCheckHandler(deps: ConsumerDependencies & { db: Datab
   );
 }
 
-export const handler = lambdaEntry(async () => {
-  const deps = await dependenciesFromEnvironment('fence-check');
-  return { handler: createFenceCheckHandler(deps), telemetry: deps.telemetry };
-});
+/** The composition root: fence-check needs the database and the queues, nothing else. */
+export async function composeFenceCheck(
+  infrastructure: Infrastructure,
+): Promise<ComposedFunction<SQSEvent, SQSBatchResponse>> {
+  const { config, maxReceiveCounts } = infrastructure;
+  const telemetry = infrastructure.telemetry('fenceCheck');
+  const db = await infrastructure.database('fenceCheck', telemetry);
+  const handler = createFenceCheckHandler({
+    config,
+    db,
+    queues: infrastructure.queues(),
+    telemetry,
+    ...(maxReceiveCounts ? { maxReceiveCounts } : {}),
+  });
+  return { handler, telemetry, close: async () => {} };
+}
+
+export const handler = lambdaEntry(() => composeFenceCheck(deployedInfrastructure()));

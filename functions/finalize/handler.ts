@@ -1,7 +1,9 @@
+import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { type ConsumerDependencies, createSqsConsumer } from '../adapters/batch.ts';
 import type { Database } from '../adapters/database.ts';
 import { nextDeferral } from '../adapters/deferral.ts';
-import { dependenciesFromEnvironment } from '../adapters/dependencies.ts';
+import { deployedInfrastructure } from '../adapters/deployed-infrastructure.ts';
+import type { ComposedFunction, Infrastructure } from '../adapters/infrastructure.ts';
 import { lambdaEntry, type SqsHandler } from '../adapters/lambda.ts';
 import { FinalizeCommand, parseMessage } from '../adapters/messages.ts';
 import { MetricName } from '../adapters/metric-names.ts';
@@ -97,7 +99,21 @@ export function createFinalizeHandler(deps: ConsumerDependencies & { db: Databas
   );
 }
 
-export const handler = lambdaEntry(async () => {
-  const deps = await dependenciesFromEnvironment('finalize');
-  return { handler: createFinalizeHandler(deps), telemetry: deps.telemetry };
-});
+/** The composition root: finalize needs the database and the queues, nothing else. */
+export async function composeFinalize(
+  infrastructure: Infrastructure,
+): Promise<ComposedFunction<SQSEvent, SQSBatchResponse>> {
+  const { config, maxReceiveCounts } = infrastructure;
+  const telemetry = infrastructure.telemetry('finalize');
+  const db = await infrastructure.database('finalize', telemetry);
+  const handler = createFinalizeHandler({
+    config,
+    db,
+    queues: infrastructure.queues(),
+    telemetry,
+    ...(maxReceiveCounts ? { maxReceiveCounts } : {}),
+  });
+  return { handler, telemetry, close: async () => {} };
+}
+
+export const handler = lambdaEntry(() => composeFinalize(deployedInfrastructure()));

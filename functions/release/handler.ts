@@ -1,9 +1,13 @@
+import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { type ConsumerDependencies, createSqsConsumer } from '../adapters/batch.ts';
+import { type CleanupConfig, requireProvisionerUrl } from '../adapters/config.ts';
 import type { Database } from '../adapters/database.ts';
-import { dependenciesFromEnvironment } from '../adapters/dependencies.ts';
+import { deployedInfrastructure } from '../adapters/deployed-infrastructure.ts';
+import type { ComposedFunction, Infrastructure } from '../adapters/infrastructure.ts';
 import { lambdaEntry, type SqsHandler } from '../adapters/lambda.ts';
 import { parseMessage, ReleaseCommand } from '../adapters/messages.ts';
 import { MetricName } from '../adapters/metric-names.ts';
+import { ProvisionerClient } from '../adapters/provisioner-client.ts';
 import { announceRunFinished, publishFinalize } from '../adapters/publish.ts';
 import { QueueName } from '../adapters/queues.ts';
 import { CleanupError, ErrorCode, ReleaseRefusedError } from '../cleanup/errors.ts';
@@ -17,7 +21,7 @@ import {
   endRelease,
   ReleaseGuard,
 } from '../cleanup/release-guard.ts';
-import type { SandboxProvider } from '../cleanup/sandbox-provider.ts';
+import { SandboxProvider } from '../cleanup/sandbox-provider.ts';
 import type { ReleaseResult } from '../cleanup/types.ts';
 
 /**
@@ -151,7 +155,36 @@ export function createReleaseHandler(
   );
 }
 
-export const handler = lambdaEntry(async () => {
-  const deps = await dependenciesFromEnvironment('release');
-  return { handler: createReleaseHandler(deps), telemetry: deps.telemetry };
-});
+/** The provider over a real HTTP client to the provisioner, with the configured bounds. */
+export function createProvider(config: CleanupConfig, provisionerUrl: string): SandboxProvider {
+  return new SandboxProvider({
+    client: new ProvisionerClient(provisionerUrl),
+    releaseLockTimeoutMs: config.releaseLockTimeoutSeconds * 1000,
+    provisionerDeleteTimeoutMs: config.provisionerDeleteTimeoutSeconds * 1000,
+  });
+}
+
+/**
+ * The composition root: release is the only function that calls the provisioner, so the only one
+ * that needs (and validates) SANDBOX_PROVISIONER_URL; it also reads the database for its guard.
+ */
+export async function composeRelease(
+  infrastructure: Infrastructure,
+): Promise<ComposedFunction<SQSEvent, SQSBatchResponse>> {
+  const { config, maxReceiveCounts } = infrastructure;
+  const provisionerUrl = requireProvisionerUrl(config);
+  const telemetry = infrastructure.telemetry('release');
+  const db = await infrastructure.database('release', telemetry);
+  const provider = createProvider(config, provisionerUrl);
+  const handler = createReleaseHandler({
+    config,
+    db,
+    provider,
+    queues: infrastructure.queues(),
+    telemetry,
+    ...(maxReceiveCounts ? { maxReceiveCounts } : {}),
+  });
+  return { handler, telemetry, close: () => provider.close() };
+}
+
+export const handler = lambdaEntry(() => composeRelease(deployedInfrastructure()));

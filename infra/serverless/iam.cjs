@@ -44,6 +44,94 @@ const SEND_ACTIONS = ['sqs:SendMessage', 'sqs:GetQueueUrl'];
 
 const arnOf = (logicalId) => ({ 'Fn::GetAtt': [logicalId, 'Arn'] });
 
+/** The KMS key that encrypts the database URL's SecureString parameter, and its alias. */
+const DATABASE_URL_KEY = 'DatabaseUrlKey';
+const DATABASE_URL_KEY_ALIAS = 'DatabaseUrlKeyAlias';
+
+/** `/runtime-cleanup/prod/database-url` → its ARN (SSM puts the name, leading slash included, after `parameter`). */
+function parameterArn(name) {
+  const path = name.startsWith('/') ? name : `/${name}`;
+  return { 'Fn::Sub': `arn:\${AWS::Partition}:ssm:\${AWS::Region}:\${AWS::AccountId}:parameter${path}` };
+}
+
+/**
+ * A customer-managed key for the database URL, so that decrypting it takes a grant on this key:
+ * with SSM's AWS-managed key (aws/ssm) any principal of the account allowed to read the parameter
+ * could decrypt it too, and a role's kms:Decrypt could not name one key. The key policy only hands
+ * administration to the account's IAM (AWS's default); the function roles get kms:Decrypt on it,
+ * through SSM only and for this one parameter only (iam statements below).
+ *
+ * Retained when the stack is deleted or the key replaced: the parameter stays encrypted under it,
+ * and deleting the only key that can decrypt it would make the credentials unrecoverable.
+ *
+ * @param {{ stage: string, service: string, databaseUrlParameter: string }} options
+ */
+function databaseUrlKeyResources({ stage, service, databaseUrlParameter }) {
+  const alias = `alias/${service}-${stage}-database-url`;
+  return {
+    resources: {
+      [DATABASE_URL_KEY]: {
+        Type: 'AWS::KMS::Key',
+        DeletionPolicy: 'Retain',
+        UpdateReplacePolicy: 'Retain',
+        Properties: {
+          Description: `Encrypts the SSM SecureString ${databaseUrlParameter} (${service} ${stage})`,
+          EnableKeyRotation: true,
+          KeyPolicy: {
+            Version: '2012-10-17',
+            Statement: [
+              {
+                Sid: 'AccountAdministersThroughIam',
+                Effect: 'Allow',
+                Principal: { AWS: { 'Fn::Sub': `arn:\${AWS::Partition}:iam::\${AWS::AccountId}:root` } },
+                Action: 'kms:*',
+                Resource: '*',
+              },
+            ],
+          },
+        },
+      },
+      [DATABASE_URL_KEY_ALIAS]: {
+        Type: 'AWS::KMS::Alias',
+        Properties: { AliasName: alias, TargetKeyId: { Ref: DATABASE_URL_KEY } },
+      },
+    },
+    outputs: {
+      DatabaseUrlParameterName: {
+        Description: `Put the database URL here as a SecureString under ${alias} (see README, Deploying)`,
+        Value: databaseUrlParameter,
+      },
+      DatabaseUrlKeyAlias: { Description: 'The KMS key of the database URL parameter', Value: alias },
+    },
+  };
+}
+
+/** The two statements every function needs to read the database URL at cold start, and nothing more. */
+function readDatabaseUrlStatements(databaseUrlParameter) {
+  const arn = parameterArn(databaseUrlParameter);
+  return [
+    {
+      Sid: 'ReadDatabaseUrl',
+      Effect: 'Allow',
+      Action: ['ssm:GetParameter'],
+      Resource: [arn],
+    },
+    {
+      Sid: 'DecryptDatabaseUrlThroughSsm',
+      Effect: 'Allow',
+      Action: ['kms:Decrypt'],
+      Resource: [arnOf(DATABASE_URL_KEY)],
+      Condition: {
+        StringEquals: {
+          'kms:ViaService': { 'Fn::Sub': `ssm.\${AWS::Region}.amazonaws.com` },
+          // SSM encrypts a SecureString with its ARN as encryption context.
+          'kms:EncryptionContext:PARAMETER_ARN': arn,
+        },
+      },
+    },
+  ];
+}
+
 /**
  * What each function may do, as data: tests and the role generator read the same table.
  * @returns {Record<string, { consumes: string[], sendsTo: string[] }>} queue base names per function
@@ -74,8 +162,11 @@ function queueArnByName(name) {
   return arnOf(deadLetterQueueLogicalId(source));
 }
 
-/** @returns {Record<string, object>} an AWS::IAM::Role per function */
-function functionRoles() {
+/**
+ * @param {{ databaseUrlParameter: string }} options the SSM parameter holding the database URL
+ * @returns {Record<string, object>} an AWS::IAM::Role per function
+ */
+function functionRoles({ databaseUrlParameter }) {
   const resources = {};
   for (const [functionKey, { consumes, sendsTo }] of Object.entries(functionGrants())) {
     const statements = [
@@ -101,6 +192,8 @@ function functionRoles() {
       Action: SEND_ACTIONS,
       Resource: sendsTo.map(queueArnByName),
     });
+    // Every function uses the database.
+    statements.push(...readDatabaseUrlStatements(databaseUrlParameter));
     resources[functionRoleLogicalId(functionKey)] = {
       Type: 'AWS::IAM::Role',
       Properties: {
@@ -123,4 +216,11 @@ function functionRoles() {
   return resources;
 }
 
-module.exports = { functionRoles, functionGrants, SENDS };
+module.exports = {
+  functionRoles,
+  functionGrants,
+  databaseUrlKeyResources,
+  parameterArn,
+  SENDS,
+  DATABASE_URL_KEY,
+};

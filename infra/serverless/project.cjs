@@ -37,14 +37,18 @@ let cached;
  */
 function loadProjectFacts() {
   loading ??= (async () => {
-    const [config, metrics, queues, observability, release, backoff] = await Promise.all([
-      load('functions/adapters/config.ts'),
-      load('functions/adapters/metric-names.ts'),
-      load('functions/adapters/queues.ts'),
-      load('functions/adapters/observability.ts'),
-      load('functions/release/handler.ts'),
-      load('functions/adapters/backoff.ts'),
-    ]);
+    const [config, metrics, queues, observability, release, backoff, budget, infrastructure, deferral] =
+      await Promise.all([
+        load('functions/adapters/config.ts'),
+        load('functions/adapters/metric-names.ts'),
+        load('functions/adapters/queues.ts'),
+        load('functions/adapters/observability.ts'),
+        load('functions/release/handler.ts'),
+        load('functions/adapters/backoff.ts'),
+        load('functions/adapters/connection-budget.ts'),
+        load('functions/adapters/infrastructure.ts'),
+        load('functions/adapters/deferral.ts'),
+      ]);
     cached = {
       CONFIG_DEFAULTS: config.CONFIG_DEFAULTS,
       databaseFailureReportMarginSeconds: config.DATABASE_FAILURE_REPORT_MARGIN_MS / 1000,
@@ -58,6 +62,10 @@ function loadProjectFacts() {
       SERVICE_NAME: observability.SERVICE_NAME,
       publishMarginSeconds: release.PUBLISH_MARGIN_MS / 1000,
       backoffSeconds: backoff.backoffSeconds,
+      connectionBudget: budget.connectionBudget,
+      connectionBudgetError: budget.connectionBudgetError,
+      FUNCTION_LOG_NAMES: infrastructure.FUNCTION_LOG_NAMES,
+      MAX_DEFERRALS: deferral.MAX_DEFERRALS,
     };
     return cached;
   })();
@@ -92,9 +100,10 @@ function effectiveConfiguration(env) {
 }
 
 /**
- * The timeout ladder, checked before anything is generated: a deployment that breaks it fails in
- * ways no test of the code catches (a release killed by Lambda mid-delete while its message
- * becomes visible to a second release; a healthy message dead-lettered by SQS).
+ * The timeout ladder and the connection budget, checked before anything is generated: a
+ * deployment that breaks them fails in ways no test of the code catches (a release killed by
+ * Lambda mid-delete while its message becomes visible to a second release; a healthy message
+ * dead-lettered by SQS; a backlog that scales the functions past what the database accepts).
  *
  * @param {Record<string, number>} config the effective configuration
  */
@@ -148,12 +157,20 @@ function assertTimeoutLadder(config) {
       );
     }
   }
+  const { connectionBudget } = projectFacts();
+  let budget;
+  try {
+    budget = connectionBudget(config.DATABASE_MAX_CONNECTIONS);
+  } catch (error) {
+    problems.push(error.message);
+  }
+  if (budget && !budget.fits) problems.push(projectFacts().connectionBudgetError(budget).message);
   if (!QUEUE_DEFINITIONS[QueueName.RUNTIME_RELEASE]?.fifo) {
     problems.push(`${QueueName.RUNTIME_RELEASE} must be FIFO (contract, section 2)`);
   }
   if (problems.length) {
     throw new Error(
-      `infra/queues.json and the configuration break the timeout ladder:\n  - ${problems.join('\n  - ')}`,
+      `infra/queues.json and the configuration break the timeout ladder or the connection budget:\n  - ${problems.join('\n  - ')}`,
     );
   }
 }

@@ -49,6 +49,11 @@ function queueResources({ prefix }) {
       };
       resources[dlqLogicalId] = {
         Type: 'AWS::SQS::Queue',
+        // A dead letter is a cleanup that still owes a sandbox delete, with its reason: a stack
+        // delete, or an update that replaces the queue, must not take them with it. A retained DLQ
+        // stays in the account under its name after the stack is gone (README, Operating).
+        DeletionPolicy: 'Retain',
+        UpdateReplacePolicy: 'Retain',
         Properties: {
           QueueName: `${prefix}${dlqName}`,
           ...fifoAttributes(definition.fifo),

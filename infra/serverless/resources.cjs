@@ -2,7 +2,7 @@
 
 const { alarmResources } = require('./alarms.cjs');
 const { dashboardResources } = require('./dashboard.cjs');
-const { functionRoles } = require('./iam.cjs');
+const { databaseUrlKeyResources, functionRoles } = require('./iam.cjs');
 const { queueLogicalId } = require('./names.cjs');
 const {
   assertTimeoutLadder,
@@ -45,33 +45,58 @@ function sweepRate(intervalSeconds) {
 
 module.exports = {
   /**
-   * Every configuration variable of contract.md section 4, plus the deployment's own.
+   * Every function's environment: the configuration variables of contract.md section 4 that all
+   * of them use, plus the deployment's own.
    *
-   * DATABASE_URL and SANDBOX_PROVISIONER_URL are CloudFormation dynamic references to SSM
-   * parameters (names in `custom.ssmParameters`): CloudFormation resolves them at deploy time, so
-   * packaging needs no AWS access and the secret never lands in the template file or in git.
-   * osls's own `${ssm:…}` would need credentials at package time, and a `${env:…}` would write the
-   * secret into `.serverless/`. The parameters must be of type String: CloudFormation refuses
-   * `ssm-secure` references in Lambda environment variables. The value is visible to whoever may
-   * read the function's configuration; grant lambda:GetFunctionConfiguration accordingly.
+   * No connection string: DATABASE_URL_PARAMETER names the SSM SecureString parameter that holds
+   * it, and each function reads it at cold start (adapters/database-url.ts). A value in the
+   * environment would be readable by anyone allowed lambda:GetFunctionConfiguration, and
+   * CloudFormation refuses `ssm-secure` references in Lambda environment variables.
    *
    * AWS_ENDPOINT_URL_SQS stays unset: unset means real SQS (contract).
    */
   environment: async ({ resolveVariable }) => {
     const { stage, prefix, config } = await deploymentContext(resolveVariable);
     const { SERVICE_NAME, METRICS_NAMESPACE } = projectFacts();
-    const databaseUrlParameter = await resolveVariable('self:custom.ssmParameters.databaseUrl');
-    const provisionerUrlParameter = await resolveVariable('self:custom.ssmParameters.provisionerUrl');
     return {
       STAGE: stage,
       LOG_LEVEL: await resolveVariable('self:custom.logLevel'),
       POWERTOOLS_SERVICE_NAME: SERVICE_NAME,
       POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,
       QUEUE_NAME_PREFIX: prefix,
-      DATABASE_URL: `{{resolve:ssm:${databaseUrlParameter}}}`,
-      SANDBOX_PROVISIONER_URL: `{{resolve:ssm:${provisionerUrlParameter}}}`,
+      DATABASE_URL_PARAMETER: await resolveVariable('self:custom.ssmParameters.databaseUrl'),
       // The effective values, defaults included, so the console shows what the functions run with.
       ...Object.fromEntries(Object.entries(config).map(([name, value]) => [name, String(value)])),
+    };
+  },
+
+  /**
+   * Only the release function calls the provisioner, so only it gets SANDBOX_PROVISIONER_URL: a
+   * CloudFormation dynamic reference to an SSM String parameter, resolved at deploy time (packaging
+   * needs no AWS access, and the value never lands in the template file or in git). It is an
+   * address, not a credential; put a token in it and it becomes readable with the function's
+   * configuration, like any environment variable.
+   */
+  releaseEnvironment: async ({ resolveVariable }) => {
+    await deploymentContext(resolveVariable);
+    const provisionerUrlParameter = await resolveVariable('self:custom.ssmParameters.provisionerUrl');
+    return { SANDBOX_PROVISIONER_URL: `{{resolve:ssm:${provisionerUrlParameter}}}` };
+  },
+
+  /**
+   * The sweeper's invocation settings. EventBridge invokes it asynchronously, and Lambda retries a
+   * failed asynchronous invocation twice by default, the retries overlapping the next tick: zero
+   * retries, because the next tick is the retry. An event older than one interval is dropped for
+   * the same reason (60 s is Lambda's minimum). One instance at a time (reserved concurrency from
+   * infra/queues.json) also bounds its database connections.
+   */
+  sweeperInvocation: async ({ resolveVariable }) => {
+    const { config } = await deploymentContext(resolveVariable);
+    const { FUNCTION_DEFINITIONS } = projectFacts();
+    return {
+      reservedConcurrency: FUNCTION_DEFINITIONS[SWEEPER].reservedConcurrency,
+      maximumRetryAttempts: 0,
+      maximumEventAge: Math.max(60, config.FENCE_SWEEP_INTERVAL_SECONDS),
     };
   },
 
@@ -83,6 +108,12 @@ module.exports = {
     for (const [name, queue] of Object.entries(QUEUE_DEFINITIONS)) {
       if (!queue.consumer) continue;
       const settings = FUNCTION_DEFINITIONS[queue.consumer];
+      if (!settings.maximumConcurrency) {
+        // Its instances, and so its database connections, would have no bound (connection-budget.ts).
+        throw new Error(
+          `infra/queues.json: functions.${queue.consumer} consumes ${name} and needs maximumConcurrency`,
+        );
+      }
       events[queue.consumer].push({
         sqs: {
           arn: { 'Fn::GetAtt': [queueLogicalId(name), 'Arn'] },
@@ -91,7 +122,7 @@ module.exports = {
           ...(queue.fifo ? {} : { maximumBatchingWindow: settings.maximumBatchingWindowInSeconds }),
           // Without it one failed record fails (and redelivers) the whole batch.
           functionResponseType: 'ReportBatchItemFailures',
-          ...(settings.maximumConcurrency ? { maximumConcurrency: settings.maximumConcurrency } : {}),
+          maximumConcurrency: settings.maximumConcurrency,
         },
       });
     }
@@ -109,16 +140,29 @@ module.exports = {
     return events;
   },
 
-  /** The queues, roles, alarms and dashboard, with outputs for producers and operators. */
+  /**
+   * The queues, the database URL's key, the roles, alarms and dashboard, with outputs for
+   * producers and operators.
+   */
   resources: async ({ resolveVariable }) => {
     const { stage, service, prefix, config } = await deploymentContext(resolveVariable);
+    const databaseUrlParameter = await resolveVariable('self:custom.ssmParameters.databaseUrl');
+    const alarmSubscription = await resolveVariable('self:custom.alarmSubscription');
     const queues = queueResources({ prefix });
-    const alarms = alarmResources({ stage, service, config });
+    const key = databaseUrlKeyResources({ stage, service, databaseUrlParameter });
+    const alarms = alarmResources({ stage, service, config, subscription: alarmSubscription });
     const dashboard = dashboardResources({ stage, service, alarmLogicalIds: alarms.alarmLogicalIds });
     return {
-      Resources: { ...queues.resources, ...functionRoles(), ...alarms.resources, ...dashboard },
+      Resources: {
+        ...queues.resources,
+        ...key.resources,
+        ...functionRoles({ databaseUrlParameter }),
+        ...alarms.resources,
+        ...dashboard,
+      },
       Outputs: {
         ...queues.outputs,
+        ...key.outputs,
         ...alarms.outputs,
         DashboardName: { Description: 'The CloudWatch dashboard of this stage', Value: { Ref: 'Dashboard' } },
       },

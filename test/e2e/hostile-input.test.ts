@@ -2,17 +2,16 @@ import { randomUUID } from 'node:crypto';
 import type { Message } from '@aws-sdk/client-sqs';
 import type { SQSEvent, SQSRecord } from 'aws-lambda';
 import fc from 'fast-check';
-import { describe, expect, it } from 'vitest';
-import { createProvider } from '../../functions/adapters/dependencies.ts';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import { QueueUnavailableError } from '../../functions/adapters/errors.ts';
 import { createTelemetry } from '../../functions/adapters/observability.ts';
 import { ProvisionerClient } from '../../functions/adapters/provisioner-client.ts';
 import { deadLetterQueueName, type Queues, type SendOptions } from '../../functions/adapters/queues.ts';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { FenceCheckOutcome } from '../../functions/cleanup/types.ts';
-import { createFenceCheckHandler } from '../../functions/fence-check/handler.ts';
-import { createFinalizeHandler } from '../../functions/finalize/handler.ts';
-import { createReleaseHandler } from '../../functions/release/handler.ts';
+import { composeFenceCheck } from '../../functions/fence-check/handler.ts';
+import { composeFinalize } from '../../functions/finalize/handler.ts';
+import { composeRelease } from '../../functions/release/handler.ts';
 import { localLambdaContext } from '../../infra/local/event-source.ts';
 import {
   expectedFate,
@@ -28,6 +27,7 @@ import { takeAll } from '../chaos/message-log.ts';
 import type { ConsumedQueue } from '../chaos/plan.ts';
 import { fenceOf, finishedRootRun } from '../support/factories.ts';
 import { useStackFixture } from '../support/fixtures.ts';
+import { testInfrastructure } from '../support/infrastructure.ts';
 import { sqsRecord } from '../support/sqs-record.ts';
 import { eventually } from '../support/stack.ts';
 
@@ -148,22 +148,24 @@ describe('hostile queue bodies', () => {
   for (const queue of ['run-finished', 'runtime-release.fifo', 'runtime-finalize'] as const) {
     it(`${queue}: each hostile body is dead-lettered at once with a reason SQS accepts, and the valid message of the same batch is processed`, async () => {
       const sent: Sent[] = [];
-      const deps = {
-        config: fixture.stack.config,
+      const infrastructure = testInfrastructure({
+        config: { ...fixture.stack.config, provisionerUrl: fixture.stack.provisionerUrl },
         db: fixture.stack.db,
         queues: sqsRules(fixture.stack.queues, sent),
         telemetry: createTelemetry({
           functionName: 'hostile-input-test',
           logLevel: process.env.HOSTILE_LOG ?? 'SILENT',
         }),
-        provider: createProvider(fixture.stack.config, fixture.stack.provisionerUrl),
-      };
-      const handler =
+      });
+      const compose =
         queue === 'run-finished'
-          ? createFenceCheckHandler(deps)
+          ? composeFenceCheck
           : queue === 'runtime-release.fifo'
-            ? createReleaseHandler(deps)
-            : createFinalizeHandler(deps);
+            ? composeRelease
+            : composeFinalize;
+      const composed = await compose(infrastructure);
+      onTestFinished(() => composed.close());
+      const { handler } = composed;
       const before = await tableCounts();
 
       await fc.assert(
@@ -212,12 +214,14 @@ describe('hostile queue bodies', () => {
     // split a surrogate pair; the reason then holds a lone surrogate, which SQS refuses in a message
     // attribute — the dead letter would fail and the message be retried instead of parked.
     const sent: Sent[] = [];
-    const handler = createFenceCheckHandler({
-      config: fixture.stack.config,
-      db: fixture.stack.db,
-      queues: sqsRules(fixture.stack.queues, sent),
-      telemetry: createTelemetry({ functionName: 'hostile-input-test', logLevel: 'SILENT' }),
-    });
+    const { handler } = await composeFenceCheck(
+      testInfrastructure({
+        config: fixture.stack.config,
+        db: fixture.stack.db,
+        queues: sqsRules(fixture.stack.queues, sent),
+        telemetry: createTelemetry({ functionName: 'hostile-input-test', logLevel: 'SILENT' }),
+      }),
+    );
     await fc.assert(
       fc.asyncProperty(
         fc.integer({ min: 1, max: 60 }),

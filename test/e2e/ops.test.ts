@@ -308,9 +308,11 @@ describe('ops CLI against the local stack', () => {
       overrideId: expect.any(Number),
       published: { queue: 'runtime-cleaned', messageId: expect.any(String) },
     });
-    // Never silent: the WARN line and the ForcedClears metric (EMF), on stderr, not in the JSON.
+    // Never silent: the WARN line on stderr, not in the JSON. ForcedClears is counted by the
+    // deployed sweeper from the audit row (template-production.test.ts), not printed here, where
+    // CloudWatch would never see it.
     expect(forced.stderr).toContain('fence force-cleared by an operator');
-    expect(forced.stderr).toMatch(/"ForcedClears":\s*1/);
+    expect(forced.stderr).not.toMatch(/"ForcedClears"/);
     expect(await fenceOf(fixture.t.db, run.runId)).toBe(false);
 
     const events: Array<Record<string, unknown>> = [];

@@ -1,19 +1,20 @@
 import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import type { Context, SQSEvent } from 'aws-lambda';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import { loadConfig } from '../../functions/adapters/config.ts';
-import { createProvider } from '../../functions/adapters/dependencies.ts';
+import type { Database } from '../../functions/adapters/database.ts';
 import { createTelemetry } from '../../functions/adapters/observability.ts';
 import type { Queues } from '../../functions/adapters/queues.ts';
 import { deadLetterQueueName, QueueName } from '../../functions/adapters/queues.ts';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { FenceCheckOutcome } from '../../functions/cleanup/types.ts';
-import { createFenceCheckHandler } from '../../functions/fence-check/handler.ts';
-import { createReleaseHandler } from '../../functions/release/handler.ts';
+import { composeFenceCheck } from '../../functions/fence-check/handler.ts';
+import { composeRelease } from '../../functions/release/handler.ts';
 import type { RetryAfterFault } from '../../infra/local/provisioner/faults.ts';
 import { createTestDatabase } from '../support/database.ts';
 import { finishedRootRun, insertOtherRun } from '../support/factories.ts';
 import { useProvisionerFixture, useSqsFixture } from '../support/fixtures.ts';
+import { testInfrastructure } from '../support/infrastructure.ts';
 import { sqsRecord } from '../support/sqs-record.ts';
 
 /**
@@ -28,6 +29,23 @@ const config = loadConfig({ CLEANUP_RETRY_BASE_SECONDS: '1', CLEANUP_RETRY_MAX_S
 const telemetry = createTelemetry({ functionName: 'test', logLevel: 'SILENT' });
 
 const context = { getRemainingTimeInMillis: () => 60_000 } as Context;
+
+/** The functions as their composition roots wire them, on the file's database, queues and provisioner. */
+async function fenceCheckHandler(db: Database = fixture.t.db) {
+  const infrastructure = testInfrastructure({ config, db, queues: sqsFixture.queues, telemetry });
+  return (await composeFenceCheck(infrastructure)).handler;
+}
+async function releaseHandler() {
+  const infrastructure = testInfrastructure({
+    config: { ...config, provisionerUrl: fixture.provisioner.url },
+    db: fixture.t.db,
+    queues: sqsFixture.queues,
+    telemetry,
+  });
+  const release = await composeRelease(infrastructure);
+  onTestFinished(() => release.close());
+  return release.handler;
+}
 
 async function receiveAll(queue: string) {
   const url = await sqsFixture.queues.url(queue);
@@ -55,12 +73,7 @@ async function liveSandbox(generation = 1) {
 describe('fence-check batches', () => {
   it('dead-letters the bad records with reasons and processes the valid one in the same batch', async () => {
     const s = await liveSandbox();
-    const handler = createFenceCheckHandler({
-      db: fixture.t.db,
-      queues: sqsFixture.queues,
-      telemetry,
-      config,
-    });
+    const handler = await fenceCheckHandler();
     const bad = [sqsRecord('{"runId": '), sqsRecord('{"runId": 42}'), sqsRecord('{"runId":"ghost-run"}')];
     const good = sqsRecord(JSON.stringify({ runId: s.rootRunId }));
     const response = await handler({ Records: [...bad, good] } as SQSEvent, context);
@@ -84,7 +97,7 @@ describe('fence-check batches', () => {
     const runs = [await finishedRootRun(broken.db), await finishedRootRun(broken.db)];
     const db = await broken.connect();
     await db.end(); // a database that can no longer be reached: every record fails, retryably
-    const handler = createFenceCheckHandler({ db, queues: sqsFixture.queues, telemetry, config });
+    const handler = await fenceCheckHandler(db);
     const records = runs.map((run) => sqsRecord(JSON.stringify({ runId: run.rootRunId })));
     const response = await handler({ Records: records } as SQSEvent, context);
     expect(response.batchItemFailures.map((f) => f.itemIdentifier).sort()).toEqual(
@@ -99,14 +112,7 @@ describe('release batches on the FIFO queue', () => {
     const failing = await liveSandbox();
     const healthy = await liveSandbox();
     fixture.provisioner.setFault(failing.sandboxId, { status: 503 });
-    const provider = createProvider(config, fixture.provisioner.url);
-    const handler = createReleaseHandler({
-      db: fixture.t.db,
-      provider,
-      queues: sqsFixture.queues,
-      telemetry,
-      config,
-    });
+    const handler = await releaseHandler();
     const fenceSetAt = async (s: typeof failing) => {
       const result = await fenceCheck(fixture.t.db, s.rootRunId);
       return result.outcome === FenceCheckOutcome.RELEASE_NEEDED ? result.identity.fenceSetAt : null;
@@ -178,13 +184,16 @@ describe('a Retry-After sets the retry delay (contract v1.1 §3)', () => {
     fixture.provisioner.setFault(throttled.sandboxId, { status: 429, retryAfter });
     const capped = loadConfig({ CLEANUP_RETRY_BASE_SECONDS: '1', CLEANUP_RETRY_MAX_SECONDS: '10' });
     const { queues, delays } = observingVisibility();
-    const handler = createReleaseHandler({
-      db: fixture.t.db,
-      provider: createProvider(capped, fixture.provisioner.url),
-      queues,
-      telemetry,
-      config: capped,
-    });
+    const release = await composeRelease(
+      testInfrastructure({
+        config: { ...capped, provisionerUrl: fixture.provisioner.url },
+        db: fixture.t.db,
+        queues,
+        telemetry,
+      }),
+    );
+    onTestFinished(() => release.close());
+    const handler = release.handler;
     const phase1 = await fenceCheck(fixture.t.db, throttled.rootRunId);
     if (phase1.outcome !== FenceCheckOutcome.RELEASE_NEEDED) throw new Error('expected a release');
     const body = JSON.stringify({ ...phase1.identity, requestedAt: new Date().toISOString() });
@@ -244,13 +253,7 @@ describe('the release guard', () => {
     ]);
     await insertOtherRun(fixture.t.db, busy, { status: 'running' });
     const auditBefore = fixture.provisioner.audit().length;
-    const handler = createReleaseHandler({
-      db: fixture.t.db,
-      provider: createProvider(config, fixture.provisioner.url),
-      queues: sqsFixture.queues,
-      telemetry,
-      config,
-    });
+    const handler = await releaseHandler();
     const records = [cleared, busy].map((s) =>
       sqsRecord(JSON.stringify(identities.get(s.rootRunId)), {
         attributes: { MessageGroupId: `${s.uid}:${s.runtimeScopeId}` },

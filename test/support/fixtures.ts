@@ -120,6 +120,8 @@ export function useProvisionerFixture(options: LocalProvisionerOptions = {}): Pr
 }
 
 export interface SqsFixture {
+  /** `http://127.0.0.1:<port>` of the emulator (what AWS_ENDPOINT_URL_SQS would name). */
+  readonly endpoint: string;
   readonly sqs: SQSClient;
   /** The project's Queues client on the emulator, every queue of queues.json created. */
   readonly queues: Queues;
@@ -129,12 +131,14 @@ export interface SqsFixture {
 export function useSqsFixture(): SqsFixture {
   let sqs: SQSClient | undefined;
   let queues: Queues | undefined;
+  let endpoint: string | undefined;
   let stopEmulator: (() => Promise<void>) | undefined;
   beforeAll(async () => {
     const { startFauxqs } = await import('fauxqs');
     const fauxqs = await startFauxqs({ port: 0, host: '127.0.0.1', logger: false });
     stopEmulator = () => fauxqs.stop();
-    sqs = createSqsClient({ endpoint: `http://127.0.0.1:${fauxqs.port}` });
+    endpoint = `http://127.0.0.1:${fauxqs.port}`;
+    sqs = createSqsClient({ endpoint });
     await createQueuesOnEndpoint(sqs);
     queues = createQueues({ client: sqs });
   });
@@ -143,6 +147,9 @@ export function useSqsFixture(): SqsFixture {
     await stopEmulator?.();
   });
   return {
+    get endpoint() {
+      return ready(endpoint, 'the SQS endpoint');
+    },
     get sqs() {
       return ready(sqs, 'the SQS client');
     },

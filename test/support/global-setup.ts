@@ -2,10 +2,11 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestProject } from 'vitest/node';
-import { closeInProcessBridge, openDatabase } from '../../functions/adapters/database.ts';
+import { openDatabase } from '../../functions/adapters/database.ts';
 import { startDatabaseBridge } from '../../infra/local/db-bridge.ts';
 import { type EmbeddedPostgresHandle, startEmbeddedPostgres } from '../../infra/local/embedded-postgres.ts';
 import { migrate } from '../../infra/migrate.ts';
+import { type PgBouncer, poolerRequested, startPoolerFor } from './pgbouncer.ts';
 
 /**
  * Once per `vitest run`: a PostgreSQL (DATABASE_URL, else embedded-postgres), the WebSocket bridge
@@ -14,7 +15,8 @@ import { migrate } from '../../infra/migrate.ts';
  */
 declare module 'vitest' {
   export interface ProvidedContext {
-    database: { adminUrl: string; template: string; wsProxy: string };
+    /** `poolerPort`: set under DATABASE_POOLER=pgbouncer; test databases are then reached through it. */
+    database: { adminUrl: string; template: string; wsProxy: string; poolerPort: number | null };
   }
 }
 
@@ -28,6 +30,7 @@ export default async function setup(project: TestProject) {
     adminUrl = embedded.url;
   }
   const bridge = await startDatabaseBridge();
+  let pooler: PgBouncer | undefined;
   const template = `rc_template_${process.pid}`;
   const admin = await openDatabase({
     url: adminUrl,
@@ -45,8 +48,8 @@ export default async function setup(project: TestProject) {
       await admin.query(`DROP DATABASE IF EXISTS "${datname.replace(/"/g, '')}" WITH (FORCE)`);
     }
     await admin.end();
+    await pooler?.stop();
     await bridge.close();
-    await closeInProcessBridge();
     if (embedded) await embedded.stop();
     if (embeddedDir) await rm(embeddedDir, { recursive: true, force: true });
   };
@@ -64,11 +67,19 @@ export default async function setup(project: TestProject) {
     });
     await migrate(templateDb);
     await templateDb.end();
+    // The template is migrated directly: a pooler would keep server connections to it open, and
+    // PostgreSQL refuses to copy a template database somebody is connected to.
+    if (poolerRequested()) pooler = await startPoolerFor(adminUrl);
   } catch (error) {
     await teardown().catch(() => {});
     throw error;
   }
 
-  project.provide('database', { adminUrl, template, wsProxy: bridge.address });
+  project.provide('database', {
+    adminUrl,
+    template,
+    wsProxy: bridge.address,
+    poolerPort: pooler?.port ?? null,
+  });
   return teardown;
 }

@@ -51,14 +51,21 @@ export interface PackagedService {
   output: string;
 }
 
-/** Packages into `outputDir` (osls `--package`) and reads the update-stack template and the zips. */
+/**
+ * Packages into `outputDir` (osls `--package`) and reads the update-stack template and the zips.
+ * `args` adds options, e.g. `['--param', 'alarmSubscription=…']`.
+ */
 export async function packageService(options: {
   stage: string;
   outputDir: string;
   home: string;
   env?: Record<string, string>;
+  args?: string[];
 }): Promise<PackagedService> {
-  const run = await runPackage(['--stage', options.stage, '--package', options.outputDir], options);
+  const run = await runPackage(
+    ['--stage', options.stage, '--package', options.outputDir, ...(options.args ?? [])],
+    options,
+  );
   if (run.code !== 0) throw new Error(`npm run package failed (exit ${run.code}):\n${run.output}`);
   const template = JSON.parse(
     await readFile(join(options.outputDir, 'cloudformation-template-update-stack.json'), 'utf8'),

@@ -1,6 +1,7 @@
-import { closeInProcessBridge, type Database, openDatabase } from '../../functions/adapters/database.ts';
+import { type Database, openDatabase } from '../../functions/adapters/database.ts';
 import { DatabaseUnavailableError } from '../../functions/adapters/errors.ts';
 import { isCleanupError } from '../../functions/cleanup/errors.ts';
+import { closeLocalBridge } from '../../infra/local/database.ts';
 
 /**
  * The victim of the termination-storm test, run as a CHILD PROCESS so that a crash (an 'error'
@@ -159,7 +160,7 @@ async function main(): Promise<void> {
   );
   summary.retries += shared.stats.reconnects;
   await shared.end().catch(record);
-  await closeInProcessBridge();
+  await closeLocalBridge();
   console.log(JSON.stringify(summary));
   process.exitCode = summary.unexpected.length ? 1 : 0;
 }

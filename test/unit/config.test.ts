@@ -2,7 +2,10 @@ import { describe, expect, it } from 'vitest';
 import {
   DATABASE_FAILURE_REPORT_MARGIN_MS,
   loadConfig,
-  requireDeploymentValues,
+  refuseParameterWithoutUrl,
+  requireDatabaseUrlSource,
+  requireProvisionerUrl,
+  validProvisionerUrl,
 } from '../../functions/adapters/config.ts';
 import { ConfigError, InfrastructureErrorCode } from '../../functions/adapters/errors.ts';
 import { FUNCTION_DEFINITIONS, QUEUE_DEFINITIONS } from '../../functions/adapters/queues.ts';
@@ -21,6 +24,7 @@ const POSITIVE_INTEGER_VARIABLES = [
   'FENCE_SWEEP_INTERVAL_SECONDS',
   'DATABASE_CONNECT_TIMEOUT_MS',
   'DATABASE_QUERY_TIMEOUT_MS',
+  'DATABASE_MAX_CONNECTIONS',
 ] as const;
 
 const BAD_POSITIVE_INTEGERS = [
@@ -195,22 +199,61 @@ describe('rules: a bad value is refused with one line naming the variable, the v
     ).toBe(25_001);
   });
 
-  it.each(['DATABASE_URL', 'SANDBOX_PROVISIONER_URL', 'AWS_ENDPOINT_URL_SQS'])(
-    'refuses a %s that is not a URL',
-    (variable) => {
-      const error = configErrorOf({ [variable]: 'not a url' });
-      expect(error.variable).toBe(variable);
-      expect(error.message).toContain('must be an absolute URL');
-    },
-  );
+  it.each(['DATABASE_URL', 'AWS_ENDPOINT_URL_SQS'])('refuses a %s that is not a URL', (variable) => {
+    const error = configErrorOf({ [variable]: 'not a url' });
+    expect(error.variable).toBe(variable);
+    expect(error.message).toContain('must be an absolute URL');
+  });
 
-  it('requires DATABASE_URL and SANDBOX_PROVISIONER_URL in deployment', () => {
-    expect(() => requireDeploymentValues(loadConfig({ SANDBOX_PROVISIONER_URL: 'http://p' }))).toThrow(
-      /DATABASE_URL/,
+  it('leaves SANDBOX_PROVISIONER_URL to the functions that call the provisioner: a bad one stops only them', () => {
+    // fence-check, finalize and the sweeper load this configuration too and never call it.
+    const config = loadConfig({ SANDBOX_PROVISIONER_URL: 'not a url' });
+    let error: unknown;
+    try {
+      requireProvisionerUrl(config);
+    } catch (caught) {
+      error = caught;
+    }
+    expect(error).toBeInstanceOf(ConfigError);
+    expect((error as ConfigError).variable).toBe('SANDBOX_PROVISIONER_URL');
+    expect((error as ConfigError).message).toContain('must be an absolute URL');
+    expect(() => validProvisionerUrl(config)).toThrow(/SANDBOX_PROVISIONER_URL="not a url" is invalid/);
+    expect(validProvisionerUrl(loadConfig({}))).toBeUndefined();
+  });
+
+  it('requires a database in deployment: DATABASE_URL or the SSM parameter that holds it', () => {
+    expect(() => requireDatabaseUrlSource(loadConfig({}))).toThrow(/DATABASE_URL.*DATABASE_URL_PARAMETER/);
+    expect(() => requireDatabaseUrlSource(loadConfig({ DATABASE_URL: 'postgres://db/app' }))).not.toThrow();
+    expect(() =>
+      requireDatabaseUrlSource(loadConfig({ DATABASE_URL_PARAMETER: '/runtime-cleanup/prod/database-url' })),
+    ).not.toThrow();
+    expect(() => requireProvisionerUrl(loadConfig({}))).toThrow(/SANDBOX_PROVISIONER_URL.*required/);
+  });
+
+  it('stops the operator commands given only DATABASE_URL_PARAMETER, instead of acting on the local default database', () => {
+    const parameter = '/runtime-cleanup/prod/database-url';
+    expect(() => refuseParameterWithoutUrl(loadConfig({ DATABASE_URL_PARAMETER: parameter }))).toThrow(
+      new RegExp(`DATABASE_URL.*is required here.*--name ${parameter}`),
     );
-    expect(() => requireDeploymentValues(loadConfig({ DATABASE_URL: 'postgres://db/app' }))).toThrow(
-      /SANDBOX_PROVISIONER_URL/,
-    );
+    expect(() => refuseParameterWithoutUrl(loadConfig({ DATABASE_URL: 'postgres://db/app' }))).not.toThrow();
+    expect(() => refuseParameterWithoutUrl(loadConfig({}))).not.toThrow();
+  });
+
+  it('refuses DATABASE_URL and DATABASE_URL_PARAMETER together, and a parameter name SSM would refuse', () => {
+    const both = configErrorOf({
+      DATABASE_URL: 'postgres://db/app',
+      DATABASE_URL_PARAMETER: '/runtime-cleanup/prod/database-url',
+    });
+    expect(both.variable).toBe('DATABASE_URL_PARAMETER');
+    expect(both.message).toContain('one source');
+    const bad = configErrorOf({ DATABASE_URL_PARAMETER: '/runtime cleanup/database url' });
+    expect(bad.variable).toBe('DATABASE_URL_PARAMETER');
+    expect(
+      loadConfig({
+        DATABASE_URL_PARAMETER:
+          'arn:aws:ssm:eu-west-1:123456789012:parameter/runtime-cleanup/prod/database-url',
+      }).databaseUrlParameter,
+    ).toMatch(/^arn:aws:ssm:/);
   });
 });
 

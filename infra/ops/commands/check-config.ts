@@ -3,7 +3,13 @@ import {
   type CONFIG_DEFAULTS,
   DATABASE_FAILURE_REPORT_MARGIN_MS,
   redactUrl,
+  validProvisionerUrl,
 } from '../../../functions/adapters/config.ts';
+import {
+  type BudgetLine,
+  connectionBudget,
+  connectionBudgetError,
+} from '../../../functions/adapters/connection-budget.ts';
 import { ConfigError } from '../../../functions/adapters/errors.ts';
 import { FUNCTION_DEFINITIONS, QUEUE_DEFINITIONS } from '../../../functions/adapters/queues.ts';
 import type { Command } from '../command.ts';
@@ -19,7 +25,10 @@ import { renderTable } from '../format.ts';
  *   queue visibility timeout ≥ 6 × its consumer's function timeout (AWS's guidance for Lambda
  *   event sources: otherwise a message in a slow, retried invocation is delivered twice)
  *
- * A broken rung ends with the same one-line ConfigError and exit code 2.
+ * and the connection budget: every function's concurrency × database pool size, summed, must stay
+ * within DATABASE_MAX_CONNECTIONS (the same rule `npm run package` refuses to break).
+ *
+ * A broken rung or budget ends with the same one-line ConfigError and exit code 2.
  */
 const VISIBILITY_FACTOR = 6;
 
@@ -121,6 +130,11 @@ function settings(env: Env, config: CleanupConfig): Setting[] {
       source: given('DATABASE_URL') ? 'environment' : 'default',
     },
     {
+      variable: 'DATABASE_URL_PARAMETER',
+      value: config.databaseUrlParameter ?? '(unset: DATABASE_URL is used as given)',
+      source: given('DATABASE_URL_PARAMETER') ? 'environment' : 'default',
+    },
+    {
       variable: 'AWS_ENDPOINT_URL_SQS',
       value: config.sqsEndpoint ? redactUrl(config.sqsEndpoint) : '(unset: AWS, SDK default endpoint)',
       source: given('AWS_ENDPOINT_URL_SQS') ? 'environment' : 'default',
@@ -150,6 +164,7 @@ function settings(env: Env, config: CleanupConfig): Setting[] {
     DATABASE_STATEMENT_TIMEOUT_MS: config.databaseStatementTimeoutMs,
     DATABASE_CONNECT_TIMEOUT_MS: config.databaseConnectTimeoutMs,
     DATABASE_QUERY_TIMEOUT_MS: config.databaseQueryTimeoutMs,
+    DATABASE_MAX_CONNECTIONS: config.databaseMaxConnections,
   };
   for (const [variable, value] of Object.entries(numbers)) {
     list.push({ variable, value: String(value), source: given(variable) ? 'environment' : 'default' });
@@ -163,9 +178,13 @@ export const checkConfigCommand: Command = {
   summary: 'validate the configuration and print the timeout ladder (no connections)',
   options: {},
   async run(_input, context) {
+    // Validated here although loadConfig leaves it to the release function (see config.ts).
+    validProvisionerUrl(context.config);
     const checks = ladder(context.config);
     const broken = checks.find((check) => !check.holds);
     if (broken) throw broken.failure();
+    const budget = connectionBudget(context.config.databaseMaxConnections);
+    if (!budget.fits) throw connectionBudgetError(budget);
     const ladderResult: LadderCheck[] = checks.map(({ rule, holds, left, right }) => ({
       rule,
       holds,
@@ -191,11 +210,31 @@ export const checkConfigCommand: Command = {
         ]),
       ),
       '',
+      `Database connections: ${budget.total} at most, within DATABASE_MAX_CONNECTIONS ${budget.max}`,
+      '',
+      renderTable(
+        ['FUNCTION', 'CONCURRENCY', 'POOL', 'CONNECTIONS'],
+        budget.lines.map((line: BudgetLine) => [
+          line.functionKey,
+          `${line.concurrency} (${line.bound})`,
+          String(line.poolSize),
+          String(line.connections),
+        ]),
+      ),
+      '',
       renderTable(
         ['VARIABLE', 'VALUE', 'FROM'],
         settingsResult.map((setting) => [setting.variable, setting.value, setting.source]),
       ),
     ].join('\n');
-    return { result: { valid: true, ladder: ladderResult, settings: settingsResult }, text };
+    return {
+      result: {
+        valid: true,
+        ladder: ladderResult,
+        connectionBudget: { lines: budget.lines, total: budget.total, max: budget.max },
+        settings: settingsResult,
+      },
+      text,
+    };
   },
 };

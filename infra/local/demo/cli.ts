@@ -1,5 +1,6 @@
 import { redactUrl } from '../../../functions/adapters/config.ts';
 import { ConfigError } from '../../../functions/adapters/errors.ts';
+import { startupFailureText } from '../errors.ts';
 import { runDemo } from './demo.ts';
 import { PlatformMessage } from './lines.ts';
 import { HELP_TEXT, parseCommandLine } from './options.ts';
@@ -60,8 +61,7 @@ main().then(
       process.stderr.write(`npm start: ${error.message}\n`);
       process.exit(ExitCode.USAGE);
     }
-    const message = error instanceof Error ? (error.stack ?? error.message) : String(error);
-    process.stderr.write(`npm start failed: ${redactUrl(message)}\n`);
+    process.stderr.write(`npm start failed: ${redactUrl(startupFailureText(error))}\n`);
     process.exit(ExitCode.NOT_CONVERGED);
   },
 );

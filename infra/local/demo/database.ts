@@ -1,6 +1,7 @@
 import { join } from 'node:path';
 import { type Database, openDatabase } from '../../../functions/adapters/database.ts';
-import { PostgresInUseError, startEmbeddedPostgres } from '../embedded-postgres.ts';
+import { startEmbeddedPostgres } from '../embedded-postgres.ts';
+import { PostgresInUseError } from '../errors.ts';
 
 /**
  * The demo's embedded default for PostgreSQL: the cluster lives in `<dataDir>/postgres` and is
@@ -69,7 +70,9 @@ export async function startDemoDatabase(options: {
   let stopped: Promise<void> | undefined;
   return {
     url: url.toString(),
-    description: `embedded PostgreSQL in ${clusterDir}, database ${options.name}`,
+    description: cluster.relocatedFrom
+      ? `embedded PostgreSQL in ${cluster.dataDir} (as root, out of ${clusterDir}, which the postgres user cannot enter), database ${options.name}`
+      : `embedded PostgreSQL in ${clusterDir}, database ${options.name}`,
     postmasterPid: postmaster,
     stop() {
       stopped ??= (async () => {

@@ -52,11 +52,22 @@ const RETRYABLE_SQLSTATES = new Set<string>([
   SQLSTATE.TOO_MANY_CONNECTIONS,
 ]);
 
+/**
+ * The driver rejects with the WebSocket's ErrorEvent when the connection itself fails (a host
+ * that does not resolve, a refused port): it carries a message but is no Error, and String() of
+ * it printed "[object Object]" where "getaddrinfo ENOTFOUND <host>" belonged.
+ */
+function messageOf(error: unknown): string {
+  if (error instanceof Error) return error.message;
+  const message = (error as { message?: unknown } | null)?.message;
+  return typeof message === 'string' && message !== '' ? message : String(error);
+}
+
 /** Maps a driver error onto the cleanup's error classes; programming errors pass through. */
 export function translateDatabaseError(error: unknown): unknown {
   if (isCleanupError(error)) return error;
   const sqlstate = (error as { code?: unknown })?.code;
-  const message = error instanceof Error ? error.message : String(error);
+  const message = messageOf(error);
   if (sqlstate === SQLSTATE.LOCK_NOT_AVAILABLE || sqlstate === SQLSTATE.QUERY_CANCELED) {
     return new DatabaseLockTimeoutError(
       `database lock or statement timeout: ${message}`,

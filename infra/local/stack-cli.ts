@@ -1,6 +1,7 @@
 import { redactUrl } from '../../functions/adapters/config.ts';
 import { ConfigError } from '../../functions/adapters/errors.ts';
 import { startStack } from './stack.ts';
+import { describeStartFailure } from './start-failure.ts';
 
 /**
  * `npm run stack`: the local stack in the foreground. Logs one JSON line whose message is
@@ -53,9 +54,7 @@ main().catch((error: unknown) => {
   if (error instanceof ConfigError) {
     console.error(error.message);
   } else {
-    console.error(
-      `stack failed to start: ${redactUrl(error instanceof Error ? error.message : String(error))}`,
-    );
+    console.error(`stack failed to start: ${describeStartFailure(error, process.env)}`);
   }
   process.exit(1);
 });

@@ -14,7 +14,11 @@ export const EXIT_CODE_HELP: ReadonlyArray<[number, string, string]> = [
     'refused or not found: unknown run, no pending fence, run or scope still active',
   ],
   [ExitCode.USAGE, 'usage', 'bad usage or bad configuration: nothing was attempted'],
-  [ExitCode.UNREACHABLE, 'unreachable', 'database or SQS unreachable, schema not migrated, or queue missing'],
+  [
+    ExitCode.UNREACHABLE,
+    'unreachable',
+    'database or SQS unreachable (down, no such database, login refused), schema not migrated, or queue missing',
+  ],
   [ExitCode.BUSY, 'busy', "busy: a cleanup holds the scope's lock longer than the lock timeout; try again"],
   [ExitCode.INTERNAL, 'bug', 'unexpected error (a bug: please report it with the output)'],
 ];

@@ -10,6 +10,7 @@ import { PlatformSimulator } from '../platform.ts';
 import { seededRandom } from '../provisioner/faults.ts';
 import { isProcessAlive } from '../provisioner/server.ts';
 import { type Stack, startStack } from '../stack.ts';
+import { describeStartFailure } from '../start-failure.ts';
 import { OutputCapture } from './capture.ts';
 import { type DemoDatabase, startDemoDatabase } from './database.ts';
 import { createDisplay, type ProgressDisplay } from './display.ts';
@@ -410,8 +411,7 @@ function describeStack(stack: Stack, postgres: string, config: CleanupConfig, da
 }
 
 function describeFailure(error: unknown): string {
-  const message = error instanceof Error ? error.message : String(error);
-  return redactUrl(message);
+  return describeStartFailure(error, process.env);
 }
 
 function throwIfAborted(signal: AbortSignal): void {

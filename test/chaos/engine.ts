@@ -10,6 +10,7 @@ import type { AuditEntry } from '../../infra/local/provisioner/server.ts';
 import { type Stack, startStack } from '../../infra/local/stack.ts';
 import { ClockSync, preciseNow } from './clock.ts';
 import { BackendTerminator } from './db-faults.ts';
+import { firedBy } from './forced-fault.ts';
 import { expectedFate, FATE_CODES, hostileMessage } from './hostile.ts';
 import {
   type CapturedRelease,
@@ -30,6 +31,7 @@ import {
   type ConsumedQueue,
   DEFAULT_MIX,
   drawPlan,
+  FaultKind,
   type FaultMix,
   LYING_PROVISIONER_FAULTS,
   type Timeouts,
@@ -107,6 +109,8 @@ export interface ChaosOptions {
   /** Mean time between backend terminations while runs execute; null turns them off. */
   terminateEveryMs?: number | null;
   clearTimeoutMs?: number;
+  /** How long past its window a run waits for its forced fault (coverage) to fire. */
+  forcedFaultTimeoutMs?: number;
   finalDrainTimeoutMs?: number;
   logLevel?: string;
   onProgress?: (progress: { done: number; total: number; violations: number; elapsedMs: number }) => void;
@@ -127,6 +131,12 @@ export interface ChaosResult {
   faultsInjected: Record<string, number>;
   dbKillsByPhase: Record<string, number>;
   checks: Record<Invariant, { checked: number; violations: number }>;
+  /** The coverage cycle: per forced kind, how many forced runs saw it fire, and those that did not. */
+  coverage: {
+    fired: Record<string, number>;
+    missed: Array<{ kind: string; run: number }>;
+    longestWaitMs: number;
+  };
   /** Violations the periodic checks saw while the runs executed (all are also in `violations`). */
   foundDuringRun: number;
   violations: Violation[];
@@ -331,6 +341,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       timeouts: CHAOS_TIMEOUTS,
       hostileBodies,
       clearTimeoutMs: options.clearTimeoutMs ?? 120_000,
+      forcedFaultTimeoutMs: options.forcedFaultTimeoutMs ?? 60_000,
       background: new Set(),
     };
     terminator =
@@ -381,6 +392,17 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     const runPhaseMs = preciseNow() - started;
 
     // --- faults stop: the final drain ------------------------------------------------------------
+    if (options.coverage && terminator) {
+      // Backend terminations come from a timer, not from a run's plan: a coverage run waits for one.
+      const killed = await firedBy(
+        terminator.firstKill,
+        preciseNow() + (options.forcedFaultTimeoutMs ?? 60_000),
+      );
+      if (!killed)
+        harnessErrors.push(
+          `no stack backend was terminated during the runs (${FaultKind.DB_BACKEND_TERMINATED})`,
+        );
+    }
     const drainStarted = preciseNow();
     await terminator?.stop();
     await Promise.all(context.background);
@@ -566,6 +588,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
           violations: count(Invariant.IDS_PERCENT_ENCODED),
         },
       },
+      coverage: coverageOf(runRecords),
       foundDuringRun: found.size,
       violations: all,
       convergence: {
@@ -634,6 +657,19 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     await stack?.stop().catch(() => {});
     await Promise.all(pools.map((pool) => pool.end().catch(() => {})));
   }
+}
+
+function coverageOf(records: readonly RunRecord[]): ChaosResult['coverage'] {
+  const fired: Record<string, number> = {};
+  const missed: Array<{ kind: string; run: number }> = [];
+  let longestWaitMs = 0;
+  for (const record of records) {
+    if (!record.forced) continue;
+    longestWaitMs = Math.max(longestWaitMs, record.forced.waitedMs);
+    if (record.forced.fired) fired[record.forced.kind] = (fired[record.forced.kind] ?? 0) + 1;
+    else missed.push({ kind: record.forced.kind, run: record.index });
+  }
+  return { fired, missed, longestWaitMs };
 }
 
 function buildHistory(

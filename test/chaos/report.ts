@@ -66,6 +66,14 @@ export function renderMarkdown(result: ChaosResult): string {
   lines.push('|---|---:|');
   for (const [kind, count] of Object.entries(result.faultsInjected)) lines.push(`| ${kind} | ${count} |`);
   lines.push('');
+  const forcedRuns =
+    Object.values(result.coverage.fired).reduce((sum, n) => sum + n, 0) + result.coverage.missed.length;
+  if (forcedRuns > 0) {
+    lines.push(
+      `Coverage cycle: ${forcedRuns} forced runs, ${result.coverage.missed.length} whose kind did not fire${result.coverage.missed.length ? ` (${result.coverage.missed.map((m) => `${m.kind} in run ${m.run}`).join(', ')})` : ''}; the longest wait past a window for a forced fault was ${ms(result.coverage.longestWaitMs)}.`,
+    );
+    lines.push('');
+  }
   lines.push('Backends terminated, by what they were doing:');
   lines.push('');
   for (const [phase, count] of Object.entries(result.dbKillsByPhase)) lines.push(`- ${phase}: ${count}`);

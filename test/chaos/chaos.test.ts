@@ -5,11 +5,13 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
-import { type ChaosResult, CONVERGENCE_BOUND_MS, runChaos } from './engine.ts';
+import { runChaos } from './engine.ts';
 import { Invariant } from './invariants.ts';
 import { COVERAGE_CYCLE, DEFAULT_MIX, FaultKind } from './plan.ts';
 import { silenceEmptyMetricsWarning } from './quiet.ts';
 import { writeReport } from './report.ts';
+import type { ChaosResult } from './result.ts';
+import { CONVERGENCE_BOUND_MS } from './settings.ts';
 
 /**
  * The chaos suite in `npm test`: a fixed seed, few runs, every fault kind forced at least once

@@ -3,9 +3,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
-import { type ChaosResult, runChaos } from './engine.ts';
+import { runChaos } from './engine.ts';
 import { COVERAGE_CYCLE, DEFAULT_MIX, FaultKind } from './plan.ts';
 import { silenceEmptyMetricsWarning } from './quiet.ts';
+import type { ChaosResult } from './result.ts';
 
 /**
  * Coverage by construction: every forced run gets a fault window of 0 ms, so nothing could fire

@@ -1,6 +1,6 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { ChaosResult } from './engine.ts';
+import type { ChaosResult } from './result.ts';
 
 /**
  * The chaos report, as JSON (every figure, every violation with its details) and as Markdown (the
@@ -40,7 +40,7 @@ export function renderMarkdown(result: ChaosResult): string {
   lines.push('');
   const c = result.convergence;
   lines.push(
-    `Per root run, from the later of (fence set, its faults lifted, its scope's last run terminal) to the fence's clear. Stated bound: **${ms(c.boundMs)}** (derivation in test/chaos/engine.ts, \`CONVERGENCE_BOUND_MS\`).`,
+    `Per root run, from the later of (fence set, its faults lifted, its scope's last run terminal) to the fence's clear. Stated bound: **${ms(c.boundMs)}** (derivation in test/chaos/settings.ts, \`CONVERGENCE_BOUND_MS\`).`,
   );
   lines.push('');
   lines.push('| measure | samples | p50 | p99 | max |');

@@ -1,5 +1,3 @@
-import { defineConfig } from 'vitest/config';
-
 /**
  * Four tiers, one Vitest project each (`npm run test:<tier>`; `npm test` runs them all):
  *
@@ -15,6 +13,8 @@ import { defineConfig } from 'vitest/config';
  * test/fixtures/<name>/<tier>.test.ts: the exit-status check runs the real scripts on a fixture
  * that is known to fail (or to pass) and expects their exit status. Normal runs never include them.
  */
+import { defineConfig } from 'vitest/config';
+
 const DATABASE_SETUP = ['test/support/global-setup.ts'];
 const fixture = process.env.RUNTIME_CLEANUP_TEST_FIXTURE;
 

@@ -1,9 +1,9 @@
+/** `npm run migrate`: applies the migrations to DATABASE_URL (idempotent) and exits. */
 import { loadConfig } from '../functions/adapters/config.ts';
 import { closeInProcessBridge, describeDatabase, openDatabase } from '../functions/adapters/database.ts';
 import { redactSecrets } from '../functions/adapters/redact.ts';
 import { migrate } from './migrate.ts';
 
-/** `npm run migrate`: applies the migrations to DATABASE_URL (idempotent) and exits. */
 async function main(): Promise<void> {
   const config = loadConfig();
   const url = config.databaseUrl ?? 'postgres://postgres@127.0.0.1:5432/postgres';

@@ -1,11 +1,11 @@
-import { Design } from '../locks/scenario.ts';
-import type { Summary } from '../support/stats.ts';
-import { type BenchResults, lockFigure } from './results.ts';
-
 /**
  * `bench/results/README-table.md`: the tables to paste into the README, generated from one run's
  * JSON. Also what the benchmark prints at the end.
  */
+import { Design } from '../locks/scenario.ts';
+import type { Summary } from '../support/stats.ts';
+import { type BenchResults, lockFigure } from './results.ts';
+
 const triple = (s: Summary | undefined) =>
   s && s.count > 0 ? `${fmt(s.p50)} / ${fmt(s.p99)} / ${fmt(s.max)}` : '—';
 const pair = (s: Summary | undefined) => (s && s.count > 0 ? `${fmt(s.p50)} / ${fmt(s.p99)}` : '—');

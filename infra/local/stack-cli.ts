@@ -1,13 +1,13 @@
-import { redactUrl } from '../../functions/adapters/config.ts';
-import { ConfigError } from '../../functions/adapters/errors.ts';
-import { startStack } from './stack.ts';
-import { describeStartFailure } from './start-failure.ts';
-
 /**
  * `npm run stack`: the local stack in the foreground. Logs one JSON line whose message is
  * `stack ready` once every consumer polls; SIGINT/SIGTERM stop it cleanly (consumers drained,
  * sandboxes killed, emulator and database closed).
  */
+import { redactUrl } from '../../functions/adapters/config.ts';
+import { ConfigError } from '../../functions/adapters/errors.ts';
+import { startStack } from './stack.ts';
+import { describeStartFailure } from './start-failure.ts';
+
 function log(level: 'INFO' | 'ERROR', message: string, extra: Record<string, unknown> = {}): void {
   const line = JSON.stringify({
     level,

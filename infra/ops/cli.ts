@@ -1,3 +1,7 @@
+/**
+ * `npm run ops -- <command>`: parses the command line, dispatches to one command module
+ * (infra/ops/commands/), prints its output and exits with the documented code. Nothing else.
+ */
 import { Console } from 'node:console';
 import { parseArgs } from 'node:util';
 import { InfrastructureErrorCode } from '../../functions/adapters/errors.ts';
@@ -9,10 +13,6 @@ import { ExitCode } from './exit-codes.ts';
 import { describeFailure, type Failure } from './failure.ts';
 import { renderCommandHelp, renderHelp } from './help.ts';
 
-/**
- * `npm run ops -- <command>`: parses the command line, dispatches to one command module
- * (infra/ops/commands/), prints its output and exits with the documented code. Nothing else.
- */
 const GLOBAL_OPTIONS = {
   json: { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },

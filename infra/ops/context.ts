@@ -1,3 +1,9 @@
+/**
+ * What a command runs against, built from the same configuration as the functions (DATABASE_URL,
+ * AWS_ENDPOINT_URL_SQS, QUEUE_NAME_PREFIX, …), so the CLI works on the local stack and on AWS
+ * alike. Connections are opened on first use: `check-config` never connects, `dlq` never opens
+ * the database.
+ */
 import { type CleanupConfig, loadConfig, redactUrl } from '../../functions/adapters/config.ts';
 import {
   closeInProcessBridge,
@@ -10,12 +16,6 @@ import { createTelemetry, type Telemetry } from '../../functions/adapters/observ
 import { createQueues, type Queues } from '../../functions/adapters/queues.ts';
 import { DatabaseLoginRefusedError, DatabaseNotFoundError, SchemaNotMigratedError } from './errors.ts';
 
-/**
- * What a command runs against, built from the same configuration as the functions (DATABASE_URL,
- * AWS_ENDPOINT_URL_SQS, QUEUE_NAME_PREFIX, …), so the CLI works on the local stack and on AWS
- * alike. Connections are opened on first use: `check-config` never connects, `dlq` never opens
- * the database.
- */
 export type Env = Readonly<Record<string, string | undefined>>;
 
 /** The same default as `npm run migrate`: the machine's own PostgreSQL. */

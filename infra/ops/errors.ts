@@ -1,9 +1,9 @@
-import { ExitCode } from './exit-codes.ts';
-
 /**
  * Failures of the operator CLI itself (the protocol's own failures are the CleanupError classes
  * of functions/cleanup/errors.ts). Each carries a stable code and the exit code it ends with.
  */
+import { ExitCode } from './exit-codes.ts';
+
 export const OpsErrorCode = {
   USAGE: 'USAGE',
   SCHEMA_NOT_MIGRATED: 'SCHEMA_NOT_MIGRATED',

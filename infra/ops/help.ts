@@ -1,8 +1,8 @@
+/** The text of `ops help`, `ops --help` and `ops help <command>` / `ops <command> --help`. */
 import type { Command } from './command.ts';
 import { DEFAULT_DATABASE_URL } from './context.ts';
 import { ExitCode } from './exit-codes.ts';
 
-/** The text of `ops help`, `ops --help` and `ops help <command>` / `ops <command> --help`. */
 const INVOCATION = 'npm run ops --';
 
 /** Code, short name, meaning. */

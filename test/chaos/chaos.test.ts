@@ -1,3 +1,9 @@
+/**
+ * The chaos suite in `npm test`: a fixed seed, few runs, every fault kind forced at least once
+ * (the coverage cycle: a forced run keeps its faults up until its kind fired), all invariants
+ * checked during and after, logs on at INFO and searched for the database password. The report goes to test/chaos/results/fixed-seed.{json,md}. The large
+ * randomized report is the CLI's (`npm run chaos`), committed beside it.
+ */
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -13,12 +19,6 @@ import { writeReport } from './report.ts';
 import type { ChaosResult } from './result.ts';
 import { CONVERGENCE_BOUND_MS } from './settings.ts';
 
-/**
- * The chaos suite in `npm test`: a fixed seed, few runs, every fault kind forced at least once
- * (the coverage cycle: a forced run keeps its faults up until its kind fired), all invariants
- * checked during and after, logs on at INFO and searched for the database password. The report goes to test/chaos/results/fixed-seed.{json,md}. The large
- * randomized report is the CLI's (`npm run chaos`), committed beside it.
- */
 const RESULTS_DIR = fileURLToPath(new URL('./results/', import.meta.url));
 const SEED = 20261130;
 

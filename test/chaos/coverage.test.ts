@@ -1,3 +1,12 @@
+/**
+ * Coverage by construction: every forced run gets a fault window of 0 ms, so nothing could fire
+ * inside it by timing. Each forced kind must fire anyway, because its run keeps its faults up
+ * until the kind's trigger point was reached (a crash at the last step boundary, every dropped
+ * acknowledgement, the DELETE a provisioner fault sits on, the moment after the DELETE). A
+ * harness that lifted the faults when the window ended — as the suite once did, and then failed
+ * under load with "crash_after_finalize_commit_before_cleaned_publish: expected 0" — fails here
+ * on every run.
+ */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -8,15 +17,6 @@ import { COVERAGE_CYCLE, DEFAULT_MIX, FaultKind } from './plan.ts';
 import { silenceEmptyMetricsWarning } from './quiet.ts';
 import type { ChaosResult } from './result.ts';
 
-/**
- * Coverage by construction: every forced run gets a fault window of 0 ms, so nothing could fire
- * inside it by timing. Each forced kind must fire anyway, because its run keeps its faults up
- * until the kind's trigger point was reached (a crash at the last step boundary, every dropped
- * acknowledgement, the DELETE a provisioner fault sits on, the moment after the DELETE). A
- * harness that lifted the faults when the window ended — as the suite once did, and then failed
- * under load with "crash_after_finalize_commit_before_cleaned_publish: expected 0" — fails here
- * on every run.
- */
 const SEED = 20261201;
 
 let t: TestDatabase;

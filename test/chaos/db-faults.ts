@@ -1,12 +1,11 @@
-import type { Database } from '../../functions/adapters/database.ts';
-import { FaultKind } from './plan.ts';
-import type { Rng } from './random.ts';
-
 /**
  * Database faults. Both act only on this database and, for terminations, only on the stack's own
  * connections (its `application_name`), never on the chaos suite's instrumentation or on another
  * engineer's database in the same cluster.
  */
+import type { Database } from '../../functions/adapters/database.ts';
+import { FaultKind } from './plan.ts';
+import type { Rng } from './random.ts';
 
 /** What a stack backend was doing when it was terminated, read from its last statement. */
 export const BackendPhase = {

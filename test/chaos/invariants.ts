@@ -1,6 +1,3 @@
-import { ascending, nearestRank } from '../../infra/local/nearest-rank.ts';
-import type { RunLogEntry, SandboxLogEntry } from './ledger.ts';
-
 /**
  * The safety invariants, checked by code over what was recorded: the ledger (run and sandbox
  * transitions, database clock moved onto this process's timeline), the provisioner's audit of
@@ -18,6 +15,9 @@ import type { RunLogEntry, SandboxLogEntry } from './ledger.ts';
  *    fence was up.
  * 2b No sandbox was deleted while a non-terminal run of its scope existed.
  */
+import { ascending, nearestRank } from '../../infra/local/nearest-rank.ts';
+import type { RunLogEntry, SandboxLogEntry } from './ledger.ts';
+
 export const Invariant = {
   FENCE_CLEARED_AFTER_CONFIRMED_DELETE: '1-fence-cleared-only-after-confirmed-delete',
   ONLY_CAPTURED_GENERATION_DELETED: '2a-only-the-captured-generation-is-deleted',

@@ -1,3 +1,14 @@
+/**
+ * Every message the system and the chaos suite send, every acknowledgement the event sources
+ * make, and the process-crash faults that sit on those two seams:
+ *
+ * - a *crash at a step boundary* makes one send throw, as if the process died just before it (the
+ *   effect before it — a commit, a delete — has happened, the message that announces it is never
+ *   sent); the whole invocation then loses its acknowledgements, so the other records of the batch
+ *   come back too (a crash mid-batch);
+ * - a *crash before the ack* drops the deletion of a record whose handler finished: it comes back
+ *   after the visibility timeout, a duplicate of work already done.
+ */
 import {
   DeleteMessageBatchCommand,
   GetQueueAttributesCommand,
@@ -10,17 +21,6 @@ import type { AckInvocation } from '../../infra/local/event-source.ts';
 import { preciseNow } from './clock.ts';
 import { type ConsumerFunction, FaultKind } from './plan.ts';
 
-/**
- * Every message the system and the chaos suite send, every acknowledgement the event sources
- * make, and the process-crash faults that sit on those two seams:
- *
- * - a *crash at a step boundary* makes one send throw, as if the process died just before it (the
- *   effect before it — a commit, a delete — has happened, the message that announces it is never
- *   sent); the whole invocation then loses its acknowledgements, so the other records of the batch
- *   come back too (a crash mid-batch);
- * - a *crash before the ack* drops the deletion of a record whose handler finished: it comes back
- *   after the visibility timeout, a duplicate of work already done.
- */
 export type MessageOrigin = 'stack' | 'platform' | 'replay' | 'hostile';
 
 export interface SentMessage {

@@ -1,6 +1,3 @@
-import type { Fault } from '../../infra/local/provisioner/server.ts';
-import type { Rng } from './random.ts';
-
 /**
  * The fault catalogue and the plan of one chaos run.
  *
@@ -10,6 +7,9 @@ import type { Rng } from './random.ts';
  * inside its *fault window*, which starts when the root run finishes; when the window closes the
  * run's faults are lifted, and the convergence clock of the run starts (see invariants.ts).
  */
+import type { Fault } from '../../infra/local/provisioner/server.ts';
+import type { Rng } from './random.ts';
+
 export const FaultKind = {
   // Provisioner (local provisioner fault table, per sandbox id, `times`-limited)
   PROVISIONER_LATENCY_BELOW_TIMEOUT: 'provisioner.latency_below_timeout',

@@ -1,12 +1,12 @@
-import { mkdir, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
-import type { ChaosResult } from './result.ts';
-
 /**
  * The chaos report, as JSON (every figure, every violation with its details) and as Markdown (the
  * figures a reader wants first). Written under test/chaos/results/ by the CLI and the fixed-seed
  * test.
  */
+import { mkdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { ChaosResult } from './result.ts';
+
 export function reportBaseName(result: Pick<ChaosResult, 'seed' | 'runs'>): string {
   return `chaos-seed${result.seed}-runs${result.runs}`;
 }

@@ -1,3 +1,9 @@
+/**
+ * Plays one chaos run: the lifecycle of a root run (and any sibling root, subagents, or runs
+ * admitted by the admission attempts), with every fault of its plan fired inside its fault window,
+ * then the faults lifted and the fences awaited. What happened is returned as a RunRecord; the
+ * invariants are checked elsewhere, against the ledger and the provisioner's audit.
+ */
 import { randomUUID } from 'node:crypto';
 import type { Database } from '../../functions/adapters/database.ts';
 import type { Queues } from '../../functions/adapters/queues.ts';
@@ -26,12 +32,6 @@ import {
 } from './platform-ops.ts';
 import type { Rng } from './random.ts';
 
-/**
- * Plays one chaos run: the lifecycle of a root run (and any sibling root, subagents, or runs
- * admitted by the admission attempts), with every fault of its plan fired inside its fault window,
- * then the faults lifted and the fences awaited. What happened is returned as a RunRecord; the
- * invariants are checked elsewhere, against the ledger and the provisioner's audit.
- */
 export interface RunContext {
   platform: PlatformSimulator;
   platformDb: Database;

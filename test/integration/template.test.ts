@@ -1,3 +1,8 @@
+/**
+ * The deployable artifact, as CloudFormation and Lambda receive it: `npm run package` runs once,
+ * offline and without any AWS configuration, and every claim below reads the generated template
+ * or the zips. The expected names come from the contract, not from the generator.
+ */
 import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { isBuiltin } from 'node:module';
 import { tmpdir } from 'node:os';
@@ -26,11 +31,6 @@ import {
   substituteForInspection,
 } from '../support/packaged-template.ts';
 
-/**
- * The deployable artifact, as CloudFormation and Lambda receive it: `npm run package` runs once,
- * offline and without any AWS configuration, and every claim below reads the generated template
- * or the zips. The expected names come from the contract, not from the generator.
- */
 const STAGE = 'ci';
 const PREFIX = `${STAGE}-`;
 

@@ -1,11 +1,11 @@
-import { describe, expect, it } from 'vitest';
-import { loadConfig, requireDeploymentValues } from '../../functions/adapters/config.ts';
-import { ConfigError, InfrastructureErrorCode } from '../../functions/adapters/errors.ts';
-
 /**
  * Configuration (contract §4): every variable's default, and for every rule a bad value that
  * stops the process with ONE line naming the variable, its value and the rule.
  */
+import { describe, expect, it } from 'vitest';
+import { loadConfig, requireDeploymentValues } from '../../functions/adapters/config.ts';
+import { ConfigError, InfrastructureErrorCode } from '../../functions/adapters/errors.ts';
+
 const POSITIVE_INTEGER_VARIABLES = [
   'SANDBOX_PROVIDER_RELEASE_LOCK_TIMEOUT_SECONDS',
   'SANDBOX_PROVISIONER_DELETE_TIMEOUT_SECONDS',

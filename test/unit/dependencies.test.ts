@@ -1,11 +1,11 @@
-import { readFile } from 'node:fs/promises';
-import { describe, expect, it } from 'vitest';
-
 /**
  * The Powertools packages are released together and share @aws-lambda-powertools/commons: two
  * versions side by side put two copies of commons in every bundle (logger and metrics at 2.36.0
  * beside batch at 2.35.0 did), each with its own idea of the invocation's context.
  */
+import { readFile } from 'node:fs/promises';
+import { describe, expect, it } from 'vitest';
+
 const root = new URL('../../', import.meta.url);
 const json = async (file: string) => JSON.parse(await readFile(new URL(file, root), 'utf8'));
 

@@ -1,13 +1,13 @@
+/**
+ * What a person is told when the embedded PostgreSQL binaries cannot load: the library, and what
+ * to do. (test/integration/embedded-postgres.test.ts makes a real binary fail in the real loader.)
+ */
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { missingLibraryIn, type PostgresBinaries, remedyFor } from '../../infra/local/postgres-binaries.ts';
 
-/**
- * What a person is told when the embedded PostgreSQL binaries cannot load: the library, and what
- * to do. (test/integration/embedded-postgres.test.ts makes a real binary fail in the real loader.)
- */
 describe('the missing library, from the loader output', () => {
   it('reads the library glibc names', () => {
     expect(

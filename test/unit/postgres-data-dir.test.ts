@@ -1,3 +1,7 @@
+/**
+ * As root, PostgreSQL runs as the user `postgres`, which must be able to walk down to its data.
+ * (test/integration/embedded-postgres.test.ts starts a real cluster from such a folder.)
+ */
 import { chmod, mkdir, mkdtemp, rm, stat, symlink } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -5,10 +9,6 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PostgresDataDirectoryError } from '../../infra/local/errors.ts';
 import { clusterDirectory, othersCanReach } from '../../infra/local/postgres-data-dir.ts';
 
-/**
- * As root, PostgreSQL runs as the user `postgres`, which must be able to walk down to its data.
- * (test/integration/embedded-postgres.test.ts starts a real cluster from such a folder.)
- */
 let root: string;
 beforeAll(async () => {
   root = await mkdtemp(join(tmpdir(), 'rc-data-dir-'));

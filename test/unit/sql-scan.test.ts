@@ -1,11 +1,11 @@
-import { describe, expect, it } from 'vitest';
-import { builtSqlIn, REVIEWED_EXCEPTIONS, scanFunctionsForBuiltSql } from '../chaos/sql-scan.ts';
-
 /**
  * "Never a query built from text": a static scan of functions/**\/*.ts for SQL assembled with a
  * template substitution or string concatenation, with one reviewed exception. The scanner itself
  * is shown to find what it looks for, so a clean result means something.
  */
+import { describe, expect, it } from 'vitest';
+import { builtSqlIn, REVIEWED_EXCEPTIONS, scanFunctionsForBuiltSql } from '../chaos/sql-scan.ts';
+
 describe('SQL under functions/ is parameterised', () => {
   it('builds no SQL from template substitutions or concatenation, except the reviewed BEGIN statement', async () => {
     const scan = await scanFunctionsForBuiltSql();

@@ -1,3 +1,11 @@
+/**
+ * `npm start [-- options]`: see HELP_TEXT (`npm start -- --help`). Ctrl-C stops the demo in order
+ * and exits 130 once nothing it started is left running; a second Ctrl-C exits at once.
+ *
+ * In a terminal, Ctrl-C reaches the whole foreground process group: this process, but also the
+ * sandbox processes and embedded PostgreSQL, which start to exit on their own. The orderly stop
+ * copes with that (see onUncaught and database.ts).
+ */
 import { redactUrl } from '../../../functions/adapters/config.ts';
 import { ConfigError } from '../../../functions/adapters/errors.ts';
 import { startupFailureText } from '../errors.ts';
@@ -7,14 +15,6 @@ import { HELP_TEXT, parseCommandLine } from './options.ts';
 import { platformLog } from './platform-log.ts';
 import { ExitCode } from './summary.ts';
 
-/**
- * `npm start [-- options]`: see HELP_TEXT (`npm start -- --help`). Ctrl-C stops the demo in order
- * and exits 130 once nothing it started is left running; a second Ctrl-C exits at once.
- *
- * In a terminal, Ctrl-C reaches the whole foreground process group: this process, but also the
- * sandbox processes and embedded PostgreSQL, which start to exit on their own. The orderly stop
- * copes with that (see onUncaught and database.ts).
- */
 async function main(): Promise<number> {
   const parsed = parseCommandLine(process.argv.slice(2));
   if (parsed.kind === 'help') {

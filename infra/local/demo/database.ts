@@ -1,14 +1,14 @@
-import { join } from 'node:path';
-import { type Database, openDatabase } from '../../../functions/adapters/database.ts';
-import { startEmbeddedPostgres } from '../embedded-postgres.ts';
-import { PostgresInUseError } from '../errors.ts';
-
 /**
  * The demo's embedded default for PostgreSQL: the cluster lives in `<dataDir>/postgres` and is
  * kept between runs (initdb takes seconds; a start well under one), and each demo gets a fresh
  * database in it, dropped at the end. So no run ever meets the rows or fences of an earlier
  * one, even after a crash, and the cluster never grows.
  */
+import { join } from 'node:path';
+import { type Database, openDatabase } from '../../../functions/adapters/database.ts';
+import { startEmbeddedPostgres } from '../embedded-postgres.ts';
+import { PostgresInUseError } from '../errors.ts';
+
 export interface DemoDatabase {
   url: string;
   /** Where the data lives, for the header. */

@@ -1,3 +1,9 @@
+/**
+ * `npm start`: the local stack on embedded defaults plus the demo workload, with progress, a
+ * summary, a log of every line and an SVG timeline. Returns the summary; the caller exits with
+ * `summary.exitCode`. Aborting `signal` (Ctrl-C) stops the workload and tears everything down in
+ * order — workload, functions, sandboxes, database — before it returns.
+ */
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
@@ -31,12 +37,6 @@ import {
 } from './verify.ts';
 import { Workload } from './workload.ts';
 
-/**
- * `npm start`: the local stack on embedded defaults plus the demo workload, with progress, a
- * summary, a log of every line and an SVG timeline. Returns the summary; the caller exits with
- * `summary.exitCode`. Aborting `signal` (Ctrl-C) stops the workload and tears everything down in
- * order — workload, functions, sandboxes, database — before it returns.
- */
 export interface DemoControl {
   /**
    * Aborted on Ctrl-C (any reason that is not an Error: the demo was interrupted) or on an

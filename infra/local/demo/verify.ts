@@ -1,3 +1,7 @@
+/**
+ * The ground truth behind the exit code: what the database, the provisioner, the process table,
+ * the file system and the dead-letter queues say, independently of any log line.
+ */
 import { existsSync } from 'node:fs';
 import { readdir } from 'node:fs/promises';
 import { GetQueueAttributesCommand, type SQSClient } from '@aws-sdk/client-sqs';
@@ -10,11 +14,6 @@ import {
 import { isProcessAlive, type LocalProvisioner } from '../provisioner/server.ts';
 import type { CreatedQueue } from '../queue-setup.ts';
 import type { SandboxRecord } from './workload.ts';
-
-/**
- * The ground truth behind the exit code: what the database, the provisioner, the process table,
- * the file system and the dead-letter queues say, independently of any log line.
- */
 
 /** Root runs of the demo's users that still carry the fence, oldest first. */
 const PENDING_FENCES = `

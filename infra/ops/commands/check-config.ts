@@ -1,10 +1,3 @@
-import { type CleanupConfig, type CONFIG_DEFAULTS, redactUrl } from '../../../functions/adapters/config.ts';
-import { ConfigError } from '../../../functions/adapters/errors.ts';
-import { FUNCTION_DEFINITIONS, QUEUE_DEFINITIONS } from '../../../functions/adapters/queues.ts';
-import type { Command } from '../command.ts';
-import { DEFAULT_DATABASE_URL, type Env } from '../context.ts';
-import { renderTable } from '../format.ts';
-
 /**
  * `check-config`: validates the configuration exactly as the functions do at cold start
  * (loadConfig, already run when the context was built: a bad value never gets here) and then the
@@ -16,6 +9,13 @@ import { renderTable } from '../format.ts';
  *
  * A broken rung ends with the same one-line ConfigError and exit code 2.
  */
+import { type CleanupConfig, type CONFIG_DEFAULTS, redactUrl } from '../../../functions/adapters/config.ts';
+import { ConfigError } from '../../../functions/adapters/errors.ts';
+import { FUNCTION_DEFINITIONS, QUEUE_DEFINITIONS } from '../../../functions/adapters/queues.ts';
+import type { Command } from '../command.ts';
+import { DEFAULT_DATABASE_URL, type Env } from '../context.ts';
+import { renderTable } from '../format.ts';
+
 const VISIBILITY_FACTOR = 6;
 
 export interface LadderCheck {

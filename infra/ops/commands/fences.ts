@@ -1,13 +1,13 @@
-import type { Executor } from '../../../functions/adapters/database.ts';
-import { type Command, type CommandInput, limitOption } from '../command.ts';
-import { listForcedClears, renderForcedClears } from '../forced-clears.ts';
-import { formatAge, isoTime, orDash, plural, renderTable } from '../format.ts';
-
 /**
  * `fences`: the pending fences, oldest first, with the scope's live sandbox generation;
  * `fences --history`: the forced clears, newest first. Only root runs own a fence (a subagent's
  * flag blocks nothing: `runtime_cleanup_blocked` ignores it), so only they are listed.
  */
+import type { Executor } from '../../../functions/adapters/database.ts';
+import { type Command, type CommandInput, limitOption } from '../command.ts';
+import { listForcedClears, renderForcedClears } from '../forced-clears.ts';
+import { formatAge, isoTime, orDash, plural, renderTable } from '../format.ts';
+
 const PENDING_FENCES = `
   SELECT r.id, r.uid, r.runtime_scope_id, r.run_type, r.status,
          r.runtime_cleanup_pending_since AS pending_since,

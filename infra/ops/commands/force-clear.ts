@@ -1,3 +1,12 @@
+/**
+ * `force-clear <runId> --reason "<text>" [--yes] [--actor <name>]`: clears a fence without a
+ * confirmed delete (functions/cleanup/force-clear.ts: same locks and re-checks as the protocol,
+ * audited in the same transaction). Without `--yes` it only says what it would do.
+ *
+ * A forced clear is never silent: the audit row, `runtime-cleaned` with `forced: true`, a WARN
+ * log line and the ForcedClears metric; and the operator is told which sandbox generation may
+ * still exist, since nobody confirmed its deletion.
+ */
 import { userInfo } from 'node:os';
 import { redactUrl } from '../../../functions/adapters/config.ts';
 import { MetricName } from '../../../functions/adapters/metric-names.ts';
@@ -11,15 +20,6 @@ import { ExitCode } from '../exit-codes.ts';
 import { describeFailure } from '../failure.ts';
 import { isoTime } from '../format.ts';
 
-/**
- * `force-clear <runId> --reason "<text>" [--yes] [--actor <name>]`: clears a fence without a
- * confirmed delete (functions/cleanup/force-clear.ts: same locks and re-checks as the protocol,
- * audited in the same transaction). Without `--yes` it only says what it would do.
- *
- * A forced clear is never silent: the audit row, `runtime-cleaned` with `forced: true`, a WARN
- * log line and the ForcedClears metric; and the operator is told which sandbox generation may
- * still exist, since nobody confirmed its deletion.
- */
 export interface ForceClearOutput {
   applied: boolean;
   runId: string;

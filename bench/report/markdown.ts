@@ -117,7 +117,8 @@ export function renderMarkdown(results: BenchResults, sourceFile: string): strin
         );
       }
     }
-    lines.push('', '![lease-renewal p99 against delete latency](bench/results/lease-renewal-p99.svg)', '');
+    // Relative to bench/results/, where README-table.md is written beside the chart.
+    lines.push('', '![lease-renewal p99 against delete latency](lease-renewal-p99.svg)', '');
   }
 
   const e2e = results.e2e;

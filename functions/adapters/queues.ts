@@ -33,7 +33,7 @@ export interface QueueDefinition {
 export const QUEUE_DEFINITIONS = definitions.queues as Record<QueueName, QueueDefinition>;
 export const FUNCTION_DEFINITIONS = definitions.functions;
 
-/** `<name>-dlq`, with `.fifo` kept last for FIFO queues (contract.md, section 2). */
+/** `<name>-dlq`, with `.fifo` kept last for FIFO queues (docs/integration.md, section 2). */
 export function deadLetterQueueName(name: string): string {
   return name.endsWith('.fifo') ? `${name.slice(0, -'.fifo'.length)}-dlq.fifo` : `${name}-dlq`;
 }

@@ -15,8 +15,8 @@ const {
 } = require('./names.cjs');
 
 /**
- * The queues each function sends to, by base name: the protocol's arrows (contract.md, section
- * 2). A consumer may also send to its own queue's DLQ (batch.ts moves a message that can never
+ * The queues each function sends to, by base name: the protocol's arrows (docs/integration.md,
+ * section 2). A consumer may also send to its own queue's DLQ (batch.ts moves a message that can never
  * succeed there itself, with its reason) and gets that grant from `queues.json`, not from here.
  */
 const SENDS = {

@@ -1,7 +1,7 @@
 'use strict';
 
 /**
- * The contract's queues (section 2) and a DLQ for each consumed one, from `infra/queues.json`: the
+ * The contract's queues (docs/integration.md, section 2) and a DLQ for each consumed one, from `infra/queues.json`: the
  * same definitions the local stack creates (infra/local/queue-setup.ts), with the stage prefix.
  */
 const { projectFacts } = require('./project.cjs');

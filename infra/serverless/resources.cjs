@@ -44,7 +44,7 @@ function sweepRate(intervalSeconds) {
 
 module.exports = {
   /**
-   * Every configuration variable of contract.md section 4, plus the deployment's own.
+   * Every configuration variable of docs/integration.md, section 4, plus the deployment's own.
    *
    * DATABASE_URL and SANDBOX_PROVISIONER_URL are CloudFormation dynamic references to SSM
    * parameters (names in `custom.ssmParameters`): CloudFormation resolves them at deploy time, so

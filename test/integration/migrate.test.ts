@@ -1,7 +1,7 @@
 /**
  * The migration runner on real PostgreSQL, each case on an empty database of its own: idempotent,
  * safe to run from two places at once, append-only, atomic; and the schema it builds is the
- * contract's (contract §1), functions included.
+ * contract's (docs/integration.md §1), functions included.
  */
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -114,7 +114,7 @@ describe('the migration runner', () => {
   });
 });
 
-describe('the schema matches the contract (contract §1)', () => {
+describe('the schema matches the contract (docs/integration.md §1)', () => {
   let db: Database;
   beforeAll(async () => {
     db = await (await emptyDatabase()).connect();

@@ -33,7 +33,7 @@ import { asList, TemplateQueries } from '../support/template-queries.ts';
 const STAGE = 'ci';
 const PREFIX = `${STAGE}-`;
 
-/** contract.md, section 2: base names, FIFO-ness, and the DLQ of each consumed queue. */
+/** docs/integration.md, section 2: base names, FIFO-ness, and the DLQ of each consumed queue. */
 const CONTRACT_QUEUES = {
   'run-finished': { fifo: false, dlq: 'run-finished-dlq' },
   'runtime-release.fifo': { fifo: true, dlq: 'runtime-release-dlq.fifo' },
@@ -60,7 +60,7 @@ const EXPECTED_GRANTS = {
 type FunctionKey = keyof typeof EXPECTED_GRANTS;
 const FUNCTION_KEYS = Object.keys(EXPECTED_GRANTS) as FunctionKey[];
 
-/** contract.md, section 4. AWS_ENDPOINT_URL_SQS is deliberately left unset (unset = real SQS). */
+/** docs/integration.md, section 4. AWS_ENDPOINT_URL_SQS is deliberately left unset (unset = real SQS). */
 const CONTRACT_VARIABLES = [
   'DATABASE_URL',
   'SANDBOX_PROVISIONER_URL',

@@ -1,5 +1,5 @@
 /**
- * Configuration (contract §4): every variable's default, and for every rule a bad value that
+ * Configuration (docs/integration.md §4): every variable's default, and for every rule a bad value that
  * stops the process with ONE line naming the variable, its value and the rule.
  */
 import { describe, expect, it } from 'vitest';
@@ -39,7 +39,7 @@ function configErrorOf(env: Record<string, string>): ConfigError {
   throw new Error(`expected ${JSON.stringify(env)} to be refused`);
 }
 
-describe('defaults (contract §4)', () => {
+describe('defaults (docs/integration.md §4)', () => {
   it('uses the contract default of every variable when none is set', () => {
     expect(loadConfig({})).toMatchObject({
       databaseUrl: undefined,

@@ -104,7 +104,7 @@ async function liveSandboxesOf(sources: GroundTruthSources): Promise<string[]> {
       .filter((sandbox) => ids.has(sandbox.id))
       .map((sandbox) => sandbox.id);
   }
-  // An external provisioner: ask it about each sandbox (contract §3, GET answers 404 once gone).
+  // An external provisioner: ask it about each sandbox (docs/integration.md §3: GET answers 404 once gone).
   const live: string[] = [];
   for (const id of ids) {
     const response = await fetch(new URL(`/api/sandboxes/${encodeURIComponent(id)}`, sources.provisionerUrl));

@@ -10,6 +10,15 @@ import { PostgresDataDirectoryError } from '../../infra/local/errors.ts';
 import { clusterDirectory, othersCanReach } from '../../infra/local/postgres-data-dir.ts';
 
 let root: string;
+
+/** A folder others may enter (as /tmp is), standing in for the temporary directory. */
+async function openFolder(name: string): Promise<string> {
+  const folder = join(root, name);
+  await mkdir(folder, { mode: 0o755 });
+  await chmod(folder, 0o755);
+  return folder;
+}
+
 beforeAll(async () => {
   root = await mkdtemp(join(tmpdir(), 'rc-data-dir-'));
   await chmod(root, 0o755);
@@ -33,9 +42,7 @@ describe('othersCanReach', () => {
 
 describe('clusterDirectory, running as root', () => {
   it('keeps a folder the postgres user can reach, opened to it', async () => {
-    const requested = join(root, 'reachable', 'postgres');
-    await mkdir(join(root, 'reachable'), { mode: 0o755 });
-    await chmod(join(root, 'reachable'), 0o755);
+    const requested = join(await openFolder('reachable'), 'postgres');
     const cluster = await clusterDirectory(requested, { asRoot: true });
     expect(cluster).toEqual({ dir: requested, relocatedFrom: undefined });
     expect((await stat(requested)).mode & 0o777).toBe(0o755);
@@ -43,9 +50,7 @@ describe('clusterDirectory, running as root', () => {
 
   it('moves out of a folder inside a mkdtemp folder (0700), to the same place on every start', async () => {
     const scratch = await mkdtemp(join(root, 'scratch-'));
-    const temp = join(root, 'temp');
-    await mkdir(temp, { mode: 0o755 });
-    await chmod(temp, 0o755);
+    const temp = await openFolder('temp');
     const requested = join(scratch, 'postgres');
     const first = await clusterDirectory(requested, { asRoot: true, tempDirs: [temp] });
     expect(first.relocatedFrom).toBe(requested);
@@ -57,9 +62,7 @@ describe('clusterDirectory, running as root', () => {
 
   it('refuses a link planted where the cluster would move, instead of following it', async () => {
     const scratch = await mkdtemp(join(root, 'scratch-'));
-    const temp = join(root, 'planted');
-    await mkdir(temp, { mode: 0o755 });
-    await chmod(temp, 0o755);
+    const temp = await openFolder('planted');
     const requested = join(scratch, 'postgres');
     const probe = await clusterDirectory(requested, { asRoot: true, tempDirs: [temp] });
     await rm(probe.dir, { recursive: true });

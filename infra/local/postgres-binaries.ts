@@ -7,9 +7,11 @@
  * do instead, in one line.
  */
 import { execFile } from 'node:child_process';
-import { readdir } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { cp, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { dirname, join, relative } from 'node:path';
 import { PostgresLibraryMissingError } from './errors.ts';
+import { othersCanReach, privateTempFolder, runningAsRoot } from './postgres-data-dir.ts';
 
 export interface PostgresBinaries {
   /** The npm package that ships them (its install script links the bundled libraries). */
@@ -93,4 +95,52 @@ export async function assertBinariesLoad(binaries: PostgresBinaries): Promise<vo
       await remedyFor(library, binaries),
     );
   }
+}
+
+/** Written last into a copy of the binaries: a copy without it was interrupted and is made again. */
+const COMPLETE_MARKER = '.complete';
+
+/**
+ * As root, initdb and postgres run as the user postgres, which must be able to reach and run the
+ * binaries too: in a clone under /root (mode 0700) it cannot, the spawn fails with EACCES, and
+ * nothing says why. Then the package's `native` folder (binaries, libraries and share files, about
+ * 60 MB) is copied once into a private folder of the temporary directory, one per package version
+ * and architecture, and run from there. The copy is made under a name of its own and renamed into
+ * place, so two processes starting at once never use a half-made one.
+ */
+export async function binariesPostgresCanRun(
+  binaries: PostgresBinaries,
+  options: { asRoot?: boolean; tempDirs?: readonly string[] } = {},
+): Promise<PostgresBinaries & { copiedFrom: string | undefined }> {
+  const native = dirname(dirname(binaries.postgres));
+  if (!(options.asRoot ?? runningAsRoot()) || (await othersCanReach(native))) {
+    return { ...binaries, copiedFrom: undefined };
+  }
+  const { version } = JSON.parse(await readFile(join(dirname(native), 'package.json'), 'utf8')) as {
+    version: string;
+  };
+  const folder = await privateTempFolder(`runtime-cleanup-postgres-binaries-${version}-${process.arch}`, {
+    tempDirs: options.tempDirs,
+    unreachable: (candidates) =>
+      `embedded PostgreSQL cannot run from ${native}: running as root, PostgreSQL runs as the user postgres, which cannot reach it, and none of ${candidates} can hold a copy; set DATABASE_URL to a PostgreSQL of your own, or run as an ordinary user`,
+  });
+  const target = join(folder, 'native');
+  if (!existsSync(join(target, COMPLETE_MARKER))) {
+    const making = `${target}.${process.pid}.partial`;
+    await rm(making, { recursive: true, force: true });
+    await cp(native, making, { recursive: true, verbatimSymlinks: true });
+    await writeFile(join(making, COMPLETE_MARKER), `${binaries.packageName}@${version}\n`);
+    await rm(target, { recursive: true, force: true }).catch(() => {});
+    await rename(making, target).catch(async (error: NodeJS.ErrnoException) => {
+      // Another process put its copy in place first: use that one.
+      await rm(making, { recursive: true, force: true });
+      if (!existsSync(join(target, COMPLETE_MARKER))) throw error;
+    });
+  }
+  return {
+    packageName: binaries.packageName,
+    initdb: join(target, 'bin', 'initdb'),
+    postgres: join(target, 'bin', 'postgres'),
+    copiedFrom: native,
+  };
 }

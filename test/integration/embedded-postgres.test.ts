@@ -5,7 +5,18 @@
  * dynamic loader for want of a library.
  */
 import { existsSync } from 'node:fs';
-import { copyFile, mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import {
+  chmod,
+  chown,
+  copyFile,
+  mkdir,
+  mkdtemp,
+  readdir,
+  readFile,
+  rm,
+  symlink,
+  writeFile,
+} from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -14,6 +25,7 @@ import { startEmbeddedPostgres } from '../../infra/local/embedded-postgres.ts';
 import { PostgresLibraryMissingError } from '../../infra/local/errors.ts';
 import {
   assertBinariesLoad,
+  binariesPostgresCanRun,
   embeddedBinaries,
   type PostgresBinaries,
 } from '../../infra/local/postgres-binaries.ts';
@@ -131,19 +143,27 @@ describe('starting fails with the reason, never by waiting forever', () => {
   });
 
   it('initdb that fails: its own words in the error', async () => {
-    const { initdb } = await embeddedBinaries();
-    const occupied = join(scratch, 'occupied');
-    await mkdir(occupied, { mode: 0o700 });
-    await writeFile(join(occupied, 'something'), 'not a cluster');
-    const failure = initCluster({
-      initdb,
-      pgdata: occupied,
-      clusterDir: scratch,
-      user: 'postgres',
-      password: 'x',
-      identity: await postgresUser(),
-    });
-    // Not empty (or, as root, out of the postgres user's reach): either way initdb says so itself.
-    await expect(failure).rejects.toThrow(/^initdb failed \(exit status 1\): .*initdb: error: /);
+    // Where the postgres user can reach everything (as root too), so the one problem is the one made here.
+    const { initdb } = await binariesPostgresCanRun(await embeddedBinaries());
+    const identity = await postgresUser();
+    const open = await mkdtemp(join(tmpdir(), 'rc-initdb-'));
+    await chmod(open, 0o755);
+    try {
+      const occupied = join(open, 'occupied');
+      await mkdir(occupied, { mode: 0o700 });
+      await writeFile(join(occupied, 'something'), 'not a cluster');
+      if (identity.uid !== undefined) await chown(occupied, identity.uid, identity.gid ?? identity.uid);
+      const failure = initCluster({
+        initdb,
+        pgdata: occupied,
+        clusterDir: open,
+        user: 'postgres',
+        password: 'x',
+        identity,
+      });
+      await expect(failure).rejects.toThrow(/^initdb failed \(exit status 1\): .*exists but is not empty/);
+    } finally {
+      await rm(open, { recursive: true, force: true });
+    }
   });
 });

@@ -76,8 +76,13 @@ async function startServer(): Promise<{ provided: TestDatabaseServer; stop: () =
   let embeddedDir: string | undefined;
   let adminUrl = process.env.DATABASE_URL;
   if (!adminUrl) {
-    embeddedDir = await mkdtemp(join(tmpdir(), 'runtime-cleanup-test-pg-'));
-    embedded = await startEmbeddedPostgres({ dataDir: embeddedDir, persistent: false });
+    const dir = await mkdtemp(join(tmpdir(), 'runtime-cleanup-test-pg-'));
+    // A start that fails (a missing library, say) must not leave its folder behind.
+    embedded = await startEmbeddedPostgres({ dataDir: dir, persistent: false }).catch(async (error) => {
+      await rm(dir, { recursive: true, force: true });
+      throw error;
+    });
+    embeddedDir = dir;
     adminUrl = embedded.url;
   }
   const bridge = await startDatabaseBridge();

@@ -1,9 +1,46 @@
+/**
+ * Four tiers, one Vitest project each (`npm run test:<tier>`; `npm test` runs them all):
+ *
+ * - unit: pure logic. No database, no global setup, and no sockets (test/support/no-network.ts
+ *   makes opening one fail the test), so it runs in seconds anywhere.
+ * - integration: the phases against a real PostgreSQL and real local HTTP servers.
+ * - e2e: through the local stack (SQS emulator, provisioner, handlers) and the real CLIs.
+ * - chaos: the seeded fault-injection suite and its harness.
+ *
+ * The last three share one PostgreSQL per run (test/support/global-setup.ts).
+ *
+ * RUNTIME_CLEANUP_TEST_FIXTURE=<name> swaps every tier's tests for the fixture files
+ * test/fixtures/<name>/<tier>.test.ts: the exit-status check runs the real scripts on a fixture
+ * that is known to fail (or to pass) and expects their exit status. Normal runs never include them.
+ */
 import { defineConfig } from 'vitest/config';
+
+const DATABASE_SETUP = ['test/support/global-setup.ts'];
+const fixture = process.env.RUNTIME_CLEANUP_TEST_FIXTURE;
+
+function tier(
+  name: string,
+  include: string[],
+  extra: { globalSetup?: string[]; setupFiles?: string[] } = {},
+) {
+  return {
+    extends: true,
+    test: {
+      name,
+      include: fixture ? [`test/fixtures/${fixture}/${name}.test.ts`] : include,
+      ...extra,
+    },
+  };
+}
 
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
-    globalSetup: ['test/support/global-setup.ts'],
+    projects: [
+      tier('unit', ['test/unit/**/*.test.ts'], { setupFiles: ['test/support/no-network.ts'] }),
+      tier('integration', ['test/integration/**/*.test.ts'], { globalSetup: DATABASE_SETUP }),
+      tier('e2e', ['test/e2e/**/*.test.ts'], { globalSetup: DATABASE_SETUP }),
+      tier('chaos', ['test/chaos/**/*.test.ts'], { globalSetup: DATABASE_SETUP }),
+    ],
     pool: 'forks',
     // Two cores: more workers only add contention to timing-sensitive lock tests.
     maxWorkers: 2,

@@ -1,9 +1,9 @@
-import type { LockScenarioProfile } from './locks/scenario.ts';
-
 /**
  * What a run measures. `quick` is a smoke check (about two minutes): the same scenarios with fewer
  * rounds and runs, so its percentiles rest on few samples. `full` is the one to publish.
  */
+import type { LockScenarioProfile } from './locks/scenario.ts';
+
 export interface BenchProfile {
   mode: 'quick' | 'full';
   locks: LockScenarioProfile & {

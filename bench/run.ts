@@ -1,9 +1,18 @@
+/**
+ * `npm run bench [-- --quick] [-- --publish] [-- --only locks|e2e]`
+ *
+ * Part 1 (locks): lock hold and contention against delete latency, split protocol vs. the
+ * pre-decision baseline. Part 2 (e2e): run-finished → runtime-cleaned through the local stack.
+ * Writes bench/results/<date>-<mode>.json; a full run (or --publish) also writes latest.json,
+ * machine.json, lease-renewal-p99.svg and README-table.md. Exits 1 if any figure was invalid.
+ */
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { loadConfig } from '../functions/adapters/config.ts';
+import { isLocalStackError } from '../infra/local/errors.ts';
 import { startProvisioner } from '../infra/local/provisioner/server.ts';
 import { runE2eScenario, type StackConcurrency } from './e2e/scenario.ts';
 import { type LockFigure, lockVariants, runLockScenario, VariantId } from './locks/scenario.ts';
@@ -17,14 +26,6 @@ import { currentLoadAverage, describeMachine } from './support/machine.ts';
 import { type BenchPostgres, startBenchPostgres } from './support/postgres.ts';
 import { ratio } from './support/stats.ts';
 
-/**
- * `npm run bench [-- --quick] [-- --publish] [-- --only locks|e2e]`
- *
- * Part 1 (locks): lock hold and contention against delete latency, split protocol vs. the
- * pre-decision baseline. Part 2 (e2e): run-finished → runtime-cleaned through the local stack.
- * Writes bench/results/<date>-<mode>.json; a full run (or --publish) also writes latest.json,
- * machine.json, lease-renewal-p99.svg and README-table.md. Exits 1 if any figure was invalid.
- */
 const USAGE = `usage: npm run bench [-- --quick] [-- --publish] [-- --only locks|e2e] [-- --sqs-process] [-- --concurrency …] [-- --render FILE]
   --quick         smoke check (under two minutes, few samples); the full run takes about three and a half
   --publish       also write latest.json, machine.json, the chart and README-table.md (default for a full run)
@@ -313,7 +314,9 @@ main().then(
   (code) => process.exit(code),
   (error) => {
     process.stderr.write(
-      `benchmark failed: ${describeError(error)}\n${error instanceof Error ? error.stack : ''}\n`,
+      isLocalStackError(error)
+        ? `benchmark failed: ${error.message}\n`
+        : `benchmark failed: ${describeError(error)}\n${error instanceof Error ? error.stack : ''}\n`,
     );
     process.exit(1);
   },

@@ -1,10 +1,10 @@
+/** `npm run migrate`: applies the migrations to DATABASE_URL (idempotent) and exits. */
 import { loadConfig, refuseParameterWithoutUrl } from '../functions/adapters/config.ts';
 import { describeDatabase } from '../functions/adapters/database.ts';
 import { redactSecrets } from '../functions/adapters/redact.ts';
 import { closeLocalBridge, openLocalDatabase } from './local/database.ts';
 import { migrate } from './migrate.ts';
 
-/** `npm run migrate`: applies the migrations to DATABASE_URL (idempotent) and exits. */
 async function main(): Promise<void> {
   const config = loadConfig();
   refuseParameterWithoutUrl(config);

@@ -1,8 +1,3 @@
-import { createHash } from 'node:crypto';
-import { readdir, readFile } from 'node:fs/promises';
-import { fileURLToPath } from 'node:url';
-import type { Database } from '../functions/adapters/database.ts';
-
 /**
  * A minimal migration runner: numbered `.sql` files in `infra/migrations/`, applied in order,
  * each recorded with its checksum in `schema_migrations`. Everything runs in one transaction
@@ -10,6 +5,11 @@ import type { Database } from '../functions/adapters/database.ts';
  * serialise and a failed migration leaves nothing half-applied. An applied file that was edited
  * afterwards is refused: migrations are append-only.
  */
+import { createHash } from 'node:crypto';
+import { readdir, readFile } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
+import type { Database } from '../functions/adapters/database.ts';
+
 export const MIGRATIONS_DIR = fileURLToPath(new URL('./migrations/', import.meta.url));
 
 /** Any constant works; this one is "rcmigrat" in ASCII (0x72636d6967726174), for `pg_locks` readers. */

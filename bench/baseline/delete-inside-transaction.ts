@@ -1,7 +1,7 @@
 /**
  * BASELINE FOR THE BENCHMARK ONLY — NOT PART OF THE PROTOCOL, NEVER DEPLOYED.
  *
- * The design the ADR replaced (docs/adr-runtime-cleanup.md, "Problem"): one transaction takes the
+ * The design the ADR replaced (docs/design.md, "The problem"): one transaction takes the
  * scope's advisory lock and the run's row lock, checks, deletes the sandbox at the provisioner
  * while both locks are held, clears the fence and commits:
  *

@@ -1,3 +1,18 @@
+/**
+ * Part 2: end to end through the local stack (`startStack`, in this process: SQS emulator, the
+ * three functions behind emulated event source mappings, the built-in provisioner), against a
+ * fresh database through the same bridge as Part 1.
+ *
+ * For each delete latency, two sub-runs on freshly admitted runs with live sandboxes:
+ * - paced: runs announced on `run-finished` one at a time at a steady rate well below capacity,
+ *   so each cleanup's latency is its own and not time spent queueing behind the others;
+ * - burst: every run announced at once (10 per SendMessageBatch), for cleanups per second.
+ *
+ * Latency of one cleanup: from just before its run-finished send to the SentTimestamp of its
+ * runtime-cleaned event (published by finalize after the fence-clearing commit). The delete's own
+ * duration comes from the provisioner's audit (arrival → answer of the DELETE that deleted the
+ * generation, the injected latency included); overhead = latency − delete duration.
+ */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -27,21 +42,6 @@ import { type Summary, summarize } from '../support/stats.ts';
 import { type EmfSink, swallowEmfLines } from './emf-sink.ts';
 import { countSqsCalls, difference } from './sqs-call-counter.ts';
 
-/**
- * Part 2: end to end through the local stack (`startStack`, in this process: SQS emulator, the
- * three functions behind emulated event source mappings, the built-in provisioner), against a
- * fresh database through the same bridge as Part 1.
- *
- * For each delete latency, two sub-runs on freshly admitted runs with live sandboxes:
- * - paced: runs announced on `run-finished` one at a time at a steady rate well below capacity,
- *   so each cleanup's latency is its own and not time spent queueing behind the others;
- * - burst: every run announced at once (10 per SendMessageBatch), for cleanups per second.
- *
- * Latency of one cleanup: from just before its run-finished send to the SentTimestamp of its
- * runtime-cleaned event (published by finalize after the fence-clearing commit). The delete's own
- * duration comes from the provisioner's audit (arrival → answer of the DELETE that deleted the
- * generation, the injected latency included); overhead = latency − delete duration.
- */
 export interface E2eProfile {
   deleteLatenciesMs: readonly number[];
   pacedRuns: number;

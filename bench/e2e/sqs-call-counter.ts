@@ -1,10 +1,10 @@
-import type { SQSClient } from '@aws-sdk/client-sqs';
-
 /**
  * Counts every call the stack's SQS client makes — the functions' sends (which `Queues.stats` also
  * counts) and the event sources' receives and deletes (which it does not) — by command, telling
  * empty long-poll receives apart from receives that brought messages.
  */
+import type { SQSClient } from '@aws-sdk/client-sqs';
+
 export type SqsCallCounts = Record<string, number>;
 
 export function countSqsCalls(client: SQSClient): { snapshot(): SqsCallCounts } {

@@ -1,5 +1,3 @@
-import type { Database } from '../../functions/adapters/database.ts';
-
 /**
  * The platform's other transactions on the rows and advisory keys a cleanup locks, run while the
  * cleanups run (the ADR's failure surface: "recovery transactions for the same Run queue up behind
@@ -22,6 +20,8 @@ import type { Database } from '../../functions/adapters/database.ts';
  * workers do in production: on the cleanups' event loop, a due time would be missed by that
  * loop's delay and GC pauses, and the latency would measure them instead of the lock waits.
  */
+import type { Database } from '../../functions/adapters/database.ts';
+
 export interface LoadTarget {
   runId: string;
   uid: string;

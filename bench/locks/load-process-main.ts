@@ -1,3 +1,9 @@
+/**
+ * The contention-load process of part 1 (started by `load-process.ts`; see there for why it is a
+ * process of its own). It plays the platform's lease reconciler and recovery workers: one pool
+ * for each, as they are separate processes in production, both through the benchmark's database
+ * bridge. It exits when its parent disconnects, so a killed benchmark leaves nothing behind.
+ */
 import type { Database } from '../../functions/adapters/database.ts';
 import { seededRandom } from '../../infra/local/provisioner/faults.ts';
 import { type ProcessProbe, startProcessProbe } from '../support/cpu.ts';
@@ -11,12 +17,6 @@ import {
 } from './contention-load.ts';
 import type { LoadCommand, LoadProcessOptions, LoadReply } from './load-process.ts';
 
-/**
- * The contention-load process of part 1 (started by `load-process.ts`; see there for why it is a
- * process of its own). It plays the platform's lease reconciler and recovery workers: one pool
- * for each, as they are separate processes in production, both through the benchmark's database
- * bridge. It exits when its parent disconnects, so a killed benchmark leaves nothing behind.
- */
 interface Loads {
   lease: RunningLoad;
   recovery: RunningLoad;

@@ -1,8 +1,3 @@
-import { type ChildProcess, fork } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
-import type { ProcessReport } from '../support/cpu.ts';
-import type { LoadResult, LoadTarget } from './contention-load.ts';
-
 /**
  * Part 1's contention load (lease renewals and recovery transactions) in a process of its own,
  * `load-process-main.ts`, driven over IPC.
@@ -17,6 +12,11 @@ import type { LoadResult, LoadTarget } from './contention-load.ts';
  * started before each round and stopped after it, so no process start-up or connection set-up
  * falls inside a measurement.
  */
+import { type ChildProcess, fork } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import type { ProcessReport } from '../support/cpu.ts';
+import type { LoadResult, LoadTarget } from './contention-load.ts';
+
 export interface LoadProcessOptions {
   url: string;
   wsProxy: string;

@@ -1,3 +1,17 @@
+/**
+ * Part 1: lock hold and contention against delete latency, one design at a time.
+ *
+ * Each round admits one root run in each of `scopes` scopes the way the platform does (scope lock,
+ * `runtime_cleanup_blocked`, a real sandbox process at the provisioner), finishes it (fence up),
+ * waits for the sandboxes to boot, then starts the contention load (lease renewals and recovery
+ * transactions on those very runs and scopes, in a process of its own: `load-process.ts`) and all
+ * the cleanups at once, in this process. The round ends when every cleanup has returned; the load
+ * is stopped then, its in-flight operations awaited. A round counts only if every cleanup cleared
+ * its fence and its sandbox generation was really deleted.
+ *
+ * The split design runs its three phases in-process (fence check, release, finalize), without the
+ * queues between them: this part isolates what the database sees. Part 2 adds the queues.
+ */
 import type { CleanupConfig } from '../../functions/adapters/config.ts';
 import type { Database } from '../../functions/adapters/database.ts';
 import { ProvisionerClient } from '../../functions/adapters/provisioner-client.ts';
@@ -30,20 +44,6 @@ import { type Summary, summarize } from '../support/stats.ts';
 import type { LoadResult } from './contention-load.ts';
 import { startLoadProcess } from './load-process.ts';
 
-/**
- * Part 1: lock hold and contention against delete latency, one design at a time.
- *
- * Each round admits one root run in each of `scopes` scopes the way the platform does (scope lock,
- * `runtime_cleanup_blocked`, a real sandbox process at the provisioner), finishes it (fence up),
- * waits for the sandboxes to boot, then starts the contention load (lease renewals and recovery
- * transactions on those very runs and scopes, in a process of its own: `load-process.ts`) and all
- * the cleanups at once, in this process. The round ends when every cleanup has returned; the load
- * is stopped then, its in-flight operations awaited. A round counts only if every cleanup cleared
- * its fence and its sandbox generation was really deleted.
- *
- * The split design runs its three phases in-process (fence check, release, finalize), without the
- * queues between them: this part isolates what the database sees. Part 2 adds the queues.
- */
 export const Design = { SPLIT: 'split', BASELINE: 'baseline' } as const;
 export type Design = (typeof Design)[keyof typeof Design];
 

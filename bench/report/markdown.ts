@@ -1,11 +1,11 @@
-import { Design } from '../locks/scenario.ts';
-import type { Summary } from '../support/stats.ts';
-import { type BenchResults, lockFigure } from './results.ts';
-
 /**
  * `bench/results/README-table.md`: the tables to paste into the README, generated from one run's
  * JSON. Also what the benchmark prints at the end.
  */
+import { Design } from '../locks/scenario.ts';
+import type { Summary } from '../support/stats.ts';
+import { type BenchResults, lockFigure } from './results.ts';
+
 const triple = (s: Summary | undefined) =>
   s && s.count > 0 ? `${fmt(s.p50)} / ${fmt(s.p99)} / ${fmt(s.max)}` : '—';
 const pair = (s: Summary | undefined) => (s && s.count > 0 ? `${fmt(s.p50)} / ${fmt(s.p99)}` : '—');
@@ -117,7 +117,8 @@ export function renderMarkdown(results: BenchResults, sourceFile: string): strin
         );
       }
     }
-    lines.push('', '![lease-renewal p99 against delete latency](bench/results/lease-renewal-p99.svg)', '');
+    // Relative to bench/results/, where README-table.md is written beside the chart.
+    lines.push('', '![lease-renewal p99 against delete latency](lease-renewal-p99.svg)', '');
   }
 
   const e2e = results.e2e;

@@ -1,14 +1,14 @@
-import type { E2eReport } from '../e2e/scenario.ts';
-import type { LockFigure, LockScenarioProfile, LockVariant } from '../locks/scenario.ts';
-import type { BenchProfile } from '../profiles.ts';
-import type { MachineDescription } from '../support/machine.ts';
-
 /**
  * What `bench/results/<date>-<mode>.json` holds. Bump `schema` when a field changes meaning.
  * 2: part 1's lease renewals and recovery transactions run in a process of their own (1: on the
  * cleanups' event loop); figures carry `loadProcess`; the extra one-instance split variant; event
  * loop delays exclude the 5 ms sampling interval (1 included it).
  */
+import type { E2eReport } from '../e2e/scenario.ts';
+import type { LockFigure, LockScenarioProfile, LockVariant } from '../locks/scenario.ts';
+import type { BenchProfile } from '../profiles.ts';
+import type { MachineDescription } from '../support/machine.ts';
+
 export const RESULTS_SCHEMA = 2 as const;
 
 export interface BenchResults {

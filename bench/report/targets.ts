@@ -1,10 +1,10 @@
-import { Design, VariantId } from '../locks/scenario.ts';
-import { type BenchResults, lockFigure, type TargetEvaluation } from './results.ts';
-
 /**
  * The issue's targets (this machine, 2 cores), checked against one run's figures. A target with a
  * missing or invalid figure is reported as not evaluated (`met: undefined`), never as met.
  */
+import { Design, VariantId } from '../locks/scenario.ts';
+import { type BenchResults, lockFigure, type TargetEvaluation } from './results.ts';
+
 const LEASE_P99_MS = 20;
 const RECOVERY_P99_MS = 20;
 const LOCK_HOLD_P99_MS = 10;

@@ -1,5 +1,3 @@
-import { startDatabaseBridge } from '../../infra/local/db-bridge.ts';
-
 /**
  * The WebSocket bridge in a process of its own, started by `startBridgeProcess`. Neon's proxy is
  * never inside the function's process; in-process here, its frame parsing and piping would run on
@@ -8,6 +6,8 @@ import { startDatabaseBridge } from '../../infra/local/db-bridge.ts';
  * Prints one JSON line `{"address": "127.0.0.1:<port>"}` once listening; exits when stdin closes
  * (its parent is gone) or on SIGTERM.
  */
+import { startDatabaseBridge } from '../../infra/local/db-bridge.ts';
+
 const bridge = await startDatabaseBridge();
 process.stdout.write(`${JSON.stringify({ address: bridge.address })}\n`);
 const stop = () => {

@@ -1,13 +1,13 @@
-import { type ChildProcess, spawn } from 'node:child_process';
-import { once } from 'node:events';
-import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
-
 /**
  * Starts a TypeScript module of the benchmark in its own Node process (same Node, tsx loader) and
  * resolves with the JSON object of its first stdout line. The child watches its stdin, so it ends
  * with its parent even if the parent is killed.
  */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+
 export interface ChildHandle<Ready> {
   ready: Ready;
   pid: number;

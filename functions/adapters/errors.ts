@@ -1,10 +1,10 @@
-import { CleanupError } from '../cleanup/errors.ts';
-
 /**
  * Failures of the infrastructure the protocol runs on: configuration, the database, the queues.
  * They extend the protocol's CleanupError so that one rule (`code` and `retryable`) decides
  * between retry and dead letter everywhere; the protocol itself never names them.
  */
+import { CleanupError } from '../cleanup/errors.ts';
+
 export const InfrastructureErrorCode = {
   CONFIG_INVALID: 'CONFIG_INVALID',
   DATABASE_UNAVAILABLE: 'DATABASE_UNAVAILABLE',

@@ -1,6 +1,3 @@
-import { BatchProcessor, EventType } from '@aws-lambda-powertools/batch';
-import type { SQSRecord } from 'aws-lambda';
-
 /**
  * Powertools' FIFO processors handle records one by one; a release can take minutes, so a batch
  * of releases for different scopes would run back to back and starve the last ones of time.
@@ -10,6 +7,9 @@ import type { SQSRecord } from 'aws-lambda';
  *
  * `onSkipped` lets the caller delay a skipped record's return to match the failed one's backoff.
  */
+import { BatchProcessor, EventType } from '@aws-lambda-powertools/batch';
+import type { SQSRecord } from 'aws-lambda';
+
 export class SkippedAfterGroupFailureError extends Error {
   constructor(groupId: string) {
     super(`skipped: an earlier message of group ${groupId} failed in this batch`);

@@ -1,3 +1,7 @@
+/**
+ * The middleware every function gets: Lambda context in every log line with keys reset between
+ * invocations, and stored metrics flushed at the end with cold starts counted.
+ */
 import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
 import middy from '@middy/core';
@@ -6,10 +10,6 @@ import type { Telemetry } from './observability.ts';
 
 export type SqsHandler = (event: SQSEvent, context: Context) => Promise<SQSBatchResponse>;
 
-/**
- * The middleware every function gets: Lambda context in every log line with keys reset between
- * invocations, and stored metrics flushed at the end with cold starts counted.
- */
 export function withObservability<E, R>(
   handler: (event: E, context: Context) => Promise<R>,
   telemetry: Telemetry,

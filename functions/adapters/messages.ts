@@ -1,12 +1,12 @@
-import { z } from 'zod';
-import { InvalidMessageError } from '../cleanup/errors.ts';
-import { ReleaseOutcome } from '../cleanup/types.ts';
-
 /**
  * One schema per queue body, used both to parse what arrives and to type what is sent. Bodies
  * are untrusted: every string is bounded and free of NUL (PostgreSQL text cannot hold it, and a
  * value the database would reject must be refused here, with a reason, not retried).
  */
+import { z } from 'zod';
+import { InvalidMessageError } from '../cleanup/errors.ts';
+import { ReleaseOutcome } from '../cleanup/types.ts';
+
 const MAX_ID_LENGTH = 256;
 
 function boundedText(max: number) {

@@ -1,13 +1,13 @@
-import { Logger } from '@aws-lambda-powertools/logger';
-import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
-import { METRICS_NAMESPACE, type MetricName } from './metric-names.ts';
-import { redactSecrets } from './redact.ts';
-
 /**
  * Structured JSON logs (Powertools Logger) and CloudWatch metrics in embedded metric format
  * (Powertools Metrics), both to stdout: in Lambda CloudWatch picks them up, in the local stack
  * the demo reads the same lines.
  */
+import { Logger } from '@aws-lambda-powertools/logger';
+import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
+import { METRICS_NAMESPACE, type MetricName } from './metric-names.ts';
+import { redactSecrets } from './redact.ts';
+
 export const SERVICE_NAME = 'runtime-cleanup';
 
 export interface Telemetry {

@@ -1,12 +1,11 @@
+/**
+ * Every message the functions send, typed by the schema its consumer parses with.
+ */
 import { createHash } from 'node:crypto';
 import type { CleanupIdentity, ReleaseOutcome } from '../cleanup/types.ts';
 import { MAX_SQS_DELAY_SECONDS } from './backoff.ts';
 import type { FinalizeCommand, ReleaseCommand, RunFinishedMessage, RuntimeCleanedEvent } from './messages.ts';
 import { QueueName, type Queues } from './queues.ts';
-
-/**
- * Every message the functions send, typed by the schema its consumer parses with.
- */
 
 /** FIFO group ids allow at most 128 characters from a restricted set (SQS API reference). */
 const GROUP_ID_ALLOWED = /^[\x21-\x7e]{1,128}$/;

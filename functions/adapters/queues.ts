@@ -1,3 +1,7 @@
+/**
+ * The queues, by the contract's base names, and the few SQS calls the functions make. Queue
+ * attributes come from `infra/queues.json`, the same file the deployed resources are made from.
+ */
 import {
   ChangeMessageVisibilityCommand,
   GetQueueUrlCommand,
@@ -10,10 +14,6 @@ import definitions from '../../infra/queues.json' with { type: 'json' };
 import { QueueUnavailableError } from './errors.ts';
 import { type BatchEntry, type BatchOutcome, createSendBatcher } from './send-batcher.ts';
 
-/**
- * The queues, by the contract's base names, and the few SQS calls the functions make. Queue
- * attributes come from `infra/queues.json`, the same file the deployed resources are made from.
- */
 export const QueueName = {
   RUN_FINISHED: 'run-finished',
   RUNTIME_RELEASE: 'runtime-release.fifo',
@@ -33,7 +33,7 @@ export interface QueueDefinition {
 export const QUEUE_DEFINITIONS = definitions.queues as Record<QueueName, QueueDefinition>;
 export const FUNCTION_DEFINITIONS = definitions.functions;
 
-/** `<name>-dlq`, with `.fifo` kept last for FIFO queues (contract.md, section 2). */
+/** `<name>-dlq`, with `.fifo` kept last for FIFO queues (docs/integration.md, section 2). */
 export function deadLetterQueueName(name: string): string {
   return name.endsWith('.fifo') ? `${name.slice(0, -'.fifo'.length)}-dlq.fifo` : `${name}-dlq`;
 }

@@ -1,5 +1,3 @@
-import type { SendMessageBatchRequestEntry } from '@aws-sdk/client-sqs';
-
 /**
  * Coalesces the sends one invocation makes to one queue into SendMessageBatch calls. A batch of
  * records is processed concurrently, so its sends are issued within the same turn of the event
@@ -11,6 +9,8 @@ import type { SendMessageBatchRequestEntry } from '@aws-sdk/client-sqs';
  * Each caller gets its own message id or its own error: one entry failing in a batch fails only
  * that caller.
  */
+import type { SendMessageBatchRequestEntry } from '@aws-sdk/client-sqs';
+
 export type BatchEntry = Omit<SendMessageBatchRequestEntry, 'Id'>;
 
 export interface BatchOutcome {

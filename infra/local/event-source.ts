@@ -1,7 +1,3 @@
-import type { Message, MessageAttributeValue, SQSClient } from '@aws-sdk/client-sqs';
-import type { Context, SQSBatchResponse, SQSEvent, SQSMessageAttributes, SQSRecord } from 'aws-lambda';
-import { Consumer } from 'sqs-consumer';
-
 /**
  * Lambda's SQS event source mapping, emulated with `sqs-consumer`: poll, build a real `SQSEvent`,
  * invoke the handler with a Lambda-like context, and delete exactly the records the partial batch
@@ -11,6 +7,10 @@ import { Consumer } from 'sqs-consumer';
  * `concurrency` pollers per queue stand in for Lambda's concurrent instances (for FIFO queues,
  * SQS itself keeps one message group in flight at a time).
  */
+import type { Message, MessageAttributeValue, SQSClient } from '@aws-sdk/client-sqs';
+import type { Context, SQSBatchResponse, SQSEvent, SQSMessageAttributes, SQSRecord } from 'aws-lambda';
+import { Consumer } from 'sqs-consumer';
+
 export interface EventSourceOptions {
   client: SQSClient;
   queueUrl: string;

@@ -1,8 +1,3 @@
-import { randomUUID } from 'node:crypto';
-import type { Database, Executor } from '../../functions/adapters/database.ts';
-import { announceRunFinished } from '../../functions/adapters/publish.ts';
-import type { Queues } from '../../functions/adapters/queues.ts';
-
 /**
  * What the agent platform does around a cleanup, done the way the platform would do it: admit a
  * root run only while `runtime_cleanup_blocked` says the scope is free (under the scope's advisory
@@ -11,6 +6,11 @@ import type { Queues } from '../../functions/adapters/queues.ts';
  *
  * Used by the demo workload, the chaos suite, the benchmarks and end-to-end tests.
  */
+import { randomUUID } from 'node:crypto';
+import type { Database, Executor } from '../../functions/adapters/database.ts';
+import { announceRunFinished } from '../../functions/adapters/publish.ts';
+import type { Queues } from '../../functions/adapters/queues.ts';
+
 export interface ScopeRef {
   uid: string;
   runtimeScopeId: string;

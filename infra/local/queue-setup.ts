@@ -1,3 +1,8 @@
+/**
+ * Creates the contract's queues on any SQS-compatible endpoint (fauxqs, LocalStack, a real
+ * account) from `infra/queues.json`, the same definitions the deployed resources are made from.
+ * Idempotent: CreateQueue with the same attributes returns the existing queue.
+ */
 import { CreateQueueCommand, GetQueueAttributesCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import {
   deadLetterQueueName,
@@ -5,11 +10,6 @@ import {
   type QueueDefinition,
 } from '../../functions/adapters/queues.ts';
 
-/**
- * Creates the contract's queues on any SQS-compatible endpoint (fauxqs, LocalStack, a real
- * account) from `infra/queues.json`, the same definitions the deployed resources are made from.
- * Idempotent: CreateQueue with the same attributes returns the existing queue.
- */
 export interface QueueOverrides {
   /** Shorter visibility timeouts make crash-recovery tests take seconds instead of minutes. */
   visibilityTimeoutSeconds?: Partial<Record<string, number>>;

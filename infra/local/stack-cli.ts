@@ -1,13 +1,14 @@
-import { redactUrl } from '../../functions/adapters/config.ts';
-import { ConfigError } from '../../functions/adapters/errors.ts';
-import { redactSecrets } from '../../functions/adapters/redact.ts';
-import { startStack } from './stack.ts';
-
 /**
  * `npm run stack`: the local stack in the foreground. Logs one JSON line whose message is
  * `stack ready` once every consumer polls; SIGINT/SIGTERM stop it cleanly (consumers drained,
  * sandboxes killed, emulator and database closed).
  */
+import { redactUrl } from '../../functions/adapters/config.ts';
+import { ConfigError } from '../../functions/adapters/errors.ts';
+import { redactSecrets } from '../../functions/adapters/redact.ts';
+import { startStack } from './stack.ts';
+import { describeStartFailure } from './start-failure.ts';
+
 function log(level: 'INFO' | 'ERROR', message: string, extra: Record<string, unknown> = {}): void {
   const line = JSON.stringify({
     level,
@@ -54,9 +55,7 @@ main().catch((error: unknown) => {
   if (error instanceof ConfigError) {
     console.error(error.message);
   } else {
-    console.error(
-      `stack failed to start: ${redactSecrets(error instanceof Error ? error.message : String(error))}`,
-    );
+    console.error(`stack failed to start: ${describeStartFailure(error, process.env)}`);
   }
   process.exit(1);
 });

@@ -1,18 +1,18 @@
+/**
+ * `npm run ops -- <command>`: parses the command line, dispatches to one command module
+ * (infra/ops/commands/), prints its output and exits with the documented code. Nothing else.
+ */
 import { Console } from 'node:console';
 import { parseArgs } from 'node:util';
 import { InfrastructureErrorCode } from '../../functions/adapters/errors.ts';
 import type { Command, CommandInput, CommandOutput } from './command.ts';
 import { COMMANDS } from './commands/index.ts';
 import { createOpsContext, type OpsContext } from './context.ts';
-import { UsageError } from './errors.ts';
+import { OpsErrorCode, UsageError } from './errors.ts';
 import { ExitCode } from './exit-codes.ts';
 import { describeFailure, type Failure } from './failure.ts';
 import { renderCommandHelp, renderHelp } from './help.ts';
 
-/**
- * `npm run ops -- <command>`: parses the command line, dispatches to one command module
- * (infra/ops/commands/), prints its output and exits with the documented code. Nothing else.
- */
 const GLOBAL_OPTIONS = {
   json: { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
@@ -99,11 +99,18 @@ function routeDiagnosticsToStderr(): void {
   process.env.POWERTOOLS_METRICS_DISABLED ??= 'false';
 }
 
+/** Failures about the database DATABASE_URL names: the line names it (password redacted). */
+const DATABASE_FAILURES: ReadonlySet<string> = new Set([
+  InfrastructureErrorCode.DATABASE_UNAVAILABLE,
+  OpsErrorCode.DATABASE_NOT_FOUND,
+  OpsErrorCode.DATABASE_LOGIN_REFUSED,
+]);
+
 function failureLine(commandName: string, failure: Failure, context: OpsContext | undefined): string {
   // A bad value: exactly ConfigError's one line (variable, value, rule), as every entry point prints it.
   if (failure.code === InfrastructureErrorCode.CONFIG_INVALID) return failure.message;
   const where =
-    failure.code === InfrastructureErrorCode.DATABASE_UNAVAILABLE && context
+    DATABASE_FAILURES.has(failure.code) && context
       ? ` (database: ${context.describe.database})`
       : failure.code === InfrastructureErrorCode.QUEUE_UNAVAILABLE && context
         ? ` (SQS: ${context.describe.sqs})`

@@ -1,11 +1,11 @@
-import type { OpsContext } from './context.ts';
-import { UsageError } from './errors.ts';
-import type { ExitCode } from './exit-codes.ts';
-
 /**
  * The shape every command module exports. A command returns its result twice: `result`, the
  * stable JSON shape printed with `--json`, and `text`, the human rendering printed otherwise.
  */
+import type { OpsContext } from './context.ts';
+import { UsageError } from './errors.ts';
+import type { ExitCode } from './exit-codes.ts';
+
 export interface OptionSpec {
   type: 'string' | 'boolean';
   short?: string;

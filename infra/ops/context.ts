@@ -1,3 +1,9 @@
+/**
+ * What a command runs against, built from the same configuration as the functions (DATABASE_URL,
+ * AWS_ENDPOINT_URL_SQS, QUEUE_NAME_PREFIX, …), so the CLI works on the local stack and on AWS
+ * alike. Connections are opened on first use: `check-config` never connects, `dlq` never opens
+ * the database.
+ */
 import {
   type CleanupConfig,
   loadConfig,
@@ -9,14 +15,8 @@ import { DatabaseUnavailableError } from '../../functions/adapters/errors.ts';
 import { createTelemetry, type Telemetry } from '../../functions/adapters/observability.ts';
 import { createQueues, type Queues } from '../../functions/adapters/queues.ts';
 import { closeLocalBridge, openLocalDatabase } from '../local/database.ts';
-import { SchemaNotMigratedError } from './errors.ts';
+import { DatabaseLoginRefusedError, DatabaseNotFoundError, SchemaNotMigratedError } from './errors.ts';
 
-/**
- * What a command runs against, built from the same configuration as the functions (DATABASE_URL,
- * AWS_ENDPOINT_URL_SQS, QUEUE_NAME_PREFIX, …), so the CLI works on the local stack and on AWS
- * alike. Connections are opened on first use: `check-config` never connects, `dlq` never opens
- * the database.
- */
 export type Env = Readonly<Record<string, string | undefined>>;
 
 /** The same default as `npm run migrate`: the machine's own PostgreSQL. */
@@ -31,6 +31,10 @@ const CLOSE_TIMEOUT_MS = 2_000;
 
 /** SQLSTATEs of a database that answers but was never migrated (undefined table, function, column). */
 const SCHEMA_MISSING_SQLSTATES = new Set(['42P01', '42883', '42703']);
+/** invalid_catalog_name: the database DATABASE_URL names does not exist on that server. */
+const DATABASE_MISSING_SQLSTATE = '3D000';
+/** Class 28, invalid authorization specification: a wrong password or user, or pg_hba.conf says no. */
+const LOGIN_REFUSED_SQLSTATE_CLASS = '28';
 
 export interface OpsContext {
   readonly env: Env;
@@ -119,13 +123,30 @@ export function createOpsContext(env: Env): OpsContext {
   };
 }
 
-/** Turns "relation … does not exist" into "run npm run migrate against this database". */
+/**
+ * Turns "relation … does not exist" into "run npm run migrate against this database", and a
+ * server that answers but has no such database, or refuses the login, into exit code 3 (not 5:
+ * a wrong DATABASE_URL is the operator's to fix, not a bug to report).
+ */
 function withSchemaCheck(db: Database): Database {
   const translate = (error: unknown): unknown => {
     const sqlstate = (error as { code?: unknown })?.code;
-    if (typeof sqlstate === 'string' && SCHEMA_MISSING_SQLSTATES.has(sqlstate)) {
+    if (typeof sqlstate !== 'string') return error;
+    const message = (error as Error).message;
+    if (SCHEMA_MISSING_SQLSTATES.has(sqlstate)) {
       return new SchemaNotMigratedError(
-        `the database lacks this project's schema (${(error as Error).message}); run \`npm run migrate\` against it`,
+        `the database lacks this project's schema (${message}); run \`npm run migrate\` against it`,
+        { cause: error },
+      );
+    }
+    if (sqlstate === DATABASE_MISSING_SQLSTATE) {
+      return new DatabaseNotFoundError(`the server has no such database (${message}); check DATABASE_URL`, {
+        cause: error,
+      });
+    }
+    if (sqlstate.startsWith(LOGIN_REFUSED_SQLSTATE_CLASS)) {
+      return new DatabaseLoginRefusedError(
+        `the server refused the login (${message}); check the user and password in DATABASE_URL`,
         { cause: error },
       );
     }

@@ -1,3 +1,9 @@
+/**
+ * Reading dead-letter queues without taking anything from them, and the few raw SQS calls the
+ * CLI needs beyond what the functions' `Queues` offers. Dead letters carry their reason as message
+ * attributes (set by functions/adapters/batch.ts): `reason`, `errorCode`, `sourceQueue`,
+ * `sourceMessageId`, `receiveCount`, `deadLetteredAt`.
+ */
 import {
   ChangeMessageVisibilityCommand,
   DeleteMessageCommand,
@@ -13,13 +19,6 @@ import {
   type Queues,
 } from '../../functions/adapters/queues.ts';
 import { UsageError } from './errors.ts';
-
-/**
- * Reading dead-letter queues without taking anything from them, and the few raw SQS calls the
- * CLI needs beyond what the functions' `Queues` offers. Dead letters carry their reason as message
- * attributes (set by functions/adapters/batch.ts): `reason`, `errorCode`, `sourceQueue`,
- * `sourceMessageId`, `receiveCount`, `deadLetteredAt`.
- */
 
 /** The queues that have a consumer, hence a dead-letter queue: the valid arguments of `redrive`. */
 export const CONSUMED_QUEUES: readonly QueueName[] = (

@@ -1,13 +1,12 @@
-import { isTerminalStatus } from '../../functions/cleanup/inspect-run.ts';
-import { RunType } from '../../functions/cleanup/types.ts';
-import { formatAge, orDash, plural } from './format.ts';
-import type { RunFacts } from './run-facts.ts';
-
 /**
  * The "what now" of `explain`: a few plain sentences from the facts, each naming the command that
  * helps. The order follows the protocol: a run still active, a scope still busy, a dead letter, a
  * fence merely waiting for its next announcement.
  */
+import { isTerminalStatus } from '../../functions/cleanup/inspect-run.ts';
+import { RunType } from '../../functions/cleanup/types.ts';
+import { formatAge, orDash, plural } from './format.ts';
+import type { RunFacts } from './run-facts.ts';
 
 /** Dead-letter reasons no retry can fix: the data or the provisioner must be looked at first. */
 const PERMANENT_DEAD_LETTER_CODES = new Set([

@@ -1,12 +1,14 @@
-import { ExitCode } from './exit-codes.ts';
-
 /**
  * Failures of the operator CLI itself (the protocol's own failures are the CleanupError classes
  * of functions/cleanup/errors.ts). Each carries a stable code and the exit code it ends with.
  */
+import { ExitCode } from './exit-codes.ts';
+
 export const OpsErrorCode = {
   USAGE: 'USAGE',
   SCHEMA_NOT_MIGRATED: 'SCHEMA_NOT_MIGRATED',
+  DATABASE_NOT_FOUND: 'DATABASE_NOT_FOUND',
+  DATABASE_LOGIN_REFUSED: 'DATABASE_LOGIN_REFUSED',
 } as const;
 export type OpsErrorCode = (typeof OpsErrorCode)[keyof typeof OpsErrorCode];
 
@@ -28,6 +30,18 @@ export class UsageError extends OpsError {
 /** The database answers but lacks a table or function of this project: `npm run migrate` was not run. */
 export class SchemaNotMigratedError extends OpsError {
   readonly code = OpsErrorCode.SCHEMA_NOT_MIGRATED;
+  readonly exitCode = ExitCode.UNREACHABLE;
+}
+
+/** The server answers but has no database of that name: DATABASE_URL names the wrong one. */
+export class DatabaseNotFoundError extends OpsError {
+  readonly code = OpsErrorCode.DATABASE_NOT_FOUND;
+  readonly exitCode = ExitCode.UNREACHABLE;
+}
+
+/** The server answers but refuses the login (password, user, or pg_hba.conf). */
+export class DatabaseLoginRefusedError extends OpsError {
+  readonly code = OpsErrorCode.DATABASE_LOGIN_REFUSED;
   readonly exitCode = ExitCode.UNREACHABLE;
 }
 

@@ -1,13 +1,13 @@
+/**
+ * Every error a command can end with, mapped to a stable code, one line for people (secrets
+ * redacted: connection errors may quote a URL) and the exit code scripts branch on.
+ */
 import { InfrastructureErrorCode } from '../../functions/adapters/errors.ts';
 import { redactSecrets } from '../../functions/adapters/redact.ts';
 import { ErrorCode, isCleanupError } from '../../functions/cleanup/errors.ts';
 import { isOpsError } from './errors.ts';
 import { ExitCode } from './exit-codes.ts';
 
-/**
- * Every error a command can end with, mapped to a stable code, one line for people (secrets
- * redacted: connection errors may quote a URL) and the exit code scripts branch on.
- */
 const EXIT_CODE_OF_CLEANUP_ERROR: Partial<Record<string, ExitCode>> = {
   [InfrastructureErrorCode.CONFIG_INVALID]: ExitCode.USAGE,
   [ErrorCode.REASON_INVALID]: ExitCode.USAGE,

@@ -1,10 +1,10 @@
-import type { Executor } from '../../functions/adapters/database.ts';
-import { isoTime, orDash, renderTable } from './format.ts';
-
 /**
  * Reading the audit of forced clears (table `runtime_cleanup_overrides`, written by
  * functions/cleanup/force-clear.ts): `fences --history` lists them all, `explain` those of one run.
  */
+import type { Executor } from '../../functions/adapters/database.ts';
+import { isoTime, orDash, renderTable } from './format.ts';
+
 const FORCED_CLEARS = `
   SELECT id::text AS id, run_id, uid, runtime_scope_id, sandbox_id, generation::text AS generation,
          fence_set_at, reason, actor, forced_at

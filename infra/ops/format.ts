@@ -1,9 +1,9 @@
-import { postgresTimestampMs } from '../../functions/adapters/publish.ts';
-
 /**
  * Rendering helpers for the human output: aligned tables, ages, timestamps. JSON output never
  * goes through here.
  */
+import { postgresTimestampMs } from '../../functions/adapters/publish.ts';
+
 export function renderTable(headers: readonly string[], rows: ReadonlyArray<readonly string[]>): string {
   const widths = headers.map((header, column) =>
     Math.max(header.length, ...rows.map((row) => (row[column] ?? '').length)),

@@ -1,8 +1,8 @@
+/** The text of `ops help`, `ops --help` and `ops help <command>` / `ops <command> --help`. */
 import type { Command } from './command.ts';
 import { DEFAULT_DATABASE_URL } from './context.ts';
 import { ExitCode } from './exit-codes.ts';
 
-/** The text of `ops help`, `ops --help` and `ops help <command>` / `ops <command> --help`. */
 const INVOCATION = 'npm run ops --';
 
 /** Code, short name, meaning. */
@@ -14,7 +14,11 @@ export const EXIT_CODE_HELP: ReadonlyArray<[number, string, string]> = [
     'refused or not found: unknown run, no pending fence, run or scope still active',
   ],
   [ExitCode.USAGE, 'usage', 'bad usage or bad configuration: nothing was attempted'],
-  [ExitCode.UNREACHABLE, 'unreachable', 'database or SQS unreachable, schema not migrated, or queue missing'],
+  [
+    ExitCode.UNREACHABLE,
+    'unreachable',
+    'database or SQS unreachable (down, no such database, login refused), schema not migrated, or queue missing',
+  ],
   [
     ExitCode.BUSY,
     'busy',

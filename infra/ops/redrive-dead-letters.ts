@@ -1,3 +1,9 @@
+/**
+ * Moves a queue's dead letters back to it. On AWS, SQS's own message move task does it
+ * (StartMessageMoveTask, with the source queue named explicitly: our consumers dead-letter by
+ * SendMessage, so SQS does not know the letters' origin). Endpoints without that API (fauxqs
+ * answers `InvalidAction`) get the same effect by hand: receive → send to the source → delete.
+ */
 import { randomUUID } from 'node:crypto';
 import { ListMessageMoveTasksCommand, StartMessageMoveTaskCommand } from '@aws-sdk/client-sqs';
 import {
@@ -16,12 +22,6 @@ import {
   toDeadLetter,
 } from './dead-letters.ts';
 
-/**
- * Moves a queue's dead letters back to it. On AWS, SQS's own message move task does it
- * (StartMessageMoveTask, with the source queue named explicitly: our consumers dead-letter by
- * SendMessage, so SQS does not know the letters' origin). Endpoints without that API (fauxqs
- * answers `InvalidAction`) get the same effect by hand: receive → send to the source → delete.
- */
 export const RedriveMethod = {
   MESSAGE_MOVE_TASK: 'message-move-task',
   RESEND: 'resend',

@@ -1,3 +1,7 @@
+/**
+ * What `explain <runId>` knows about one run's cleanup: read from the database without locks
+ * (an operator's look must never queue behind a cleanup) and from the dead-letter queues by peeking.
+ */
 import type { Executor } from '../../functions/adapters/database.ts';
 import type { Queues } from '../../functions/adapters/queues.ts';
 import { RunNotFoundError } from '../../functions/cleanup/errors.ts';
@@ -7,10 +11,6 @@ import { CONSUMED_QUEUES, type DeadLetter, peekDeadLetters } from './dead-letter
 import { type ForcedClear, listForcedClears } from './forced-clears.ts';
 import { isoTime } from './format.ts';
 
-/**
- * What `explain <runId>` knows about one run's cleanup: read from the database without locks
- * (an operator's look must never queue behind a cleanup) and from the dead-letter queues by peeking.
- */
 const RUN = `
   SELECT r.id, r.uid, r.runtime_scope_id, r.run_type, r.status, r.created_by_run_id,
          r.runtime_cleanup_pending AS fence_pending, r.runtime_cleanup_pending_since AS pending_since,

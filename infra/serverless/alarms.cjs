@@ -1,14 +1,13 @@
 'use strict';
 
-const { projectFacts, retryBudgetSeconds } = require('./project.cjs');
-const { deadLetterQueueLogicalId, functionLogicalId, pascal, queueLogicalId } = require('./names.cjs');
-const { deadLetterQueues } = require('./queues.cjs');
-
 /**
  * The alarms an operator is paged by, each with a description that says what it means and what to
  * do (`Means: … Do: …`), all notifying one SNS topic. Thresholds are derived from the same
  * configuration the functions run with, so raising a timeout moves its alarm with it.
  */
+const { projectFacts, retryBudgetSeconds } = require('./project.cjs');
+const { deadLetterQueueLogicalId, functionLogicalId, pascal, queueLogicalId } = require('./names.cjs');
+const { deadLetterQueues } = require('./queues.cjs');
 
 const ALARM_TOPIC_LOGICAL_ID = 'AlarmTopic';
 

@@ -1,9 +1,5 @@
 'use strict';
 
-const { projectFacts } = require('./project.cjs');
-const { deadLetterQueueLogicalId, functionLogicalId, queueLogicalId } = require('./names.cjs');
-const { deadLetterQueues } = require('./queues.cjs');
-
 /**
  * One CloudWatch dashboard for the stage: the cleanup's own metrics (metric-names.ts) next to the
  * queues' depths and the functions' errors, with the alarms on top.
@@ -13,6 +9,10 @@ const { deadLetterQueues } = require('./queues.cjs');
  * default dimensions of observability.ts (`function`, `service`, `stage`); the table below adds
  * the per-emission ones (as documented beside each name in metric-names.ts).
  */
+const { projectFacts } = require('./project.cjs');
+const { deadLetterQueueLogicalId, functionLogicalId, queueLogicalId } = require('./names.cjs');
+const { deadLetterQueues } = require('./queues.cjs');
+
 const EXTRA_DIMENSIONS = {
   FenceCheckOutcome: ['outcome'],
   ReleaseSucceeded: ['outcome'],

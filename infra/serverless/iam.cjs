@@ -1,5 +1,11 @@
 'use strict';
 
+/**
+ * One execution role per function, each naming exact queue ARNs. osls's default is one role for
+ * the whole service, which would let the sweeper publish release commands and the release function
+ * send to `runtime-cleaned`; a function given `role:` gets none of the service role's grants, so
+ * each role here also carries its own log and event-source permissions.
+ */
 const { projectFacts } = require('./project.cjs');
 const {
   deadLetterQueueLogicalId,
@@ -9,15 +15,8 @@ const {
 } = require('./names.cjs');
 
 /**
- * One execution role per function, each naming exact queue ARNs. osls's default is one role for
- * the whole service, which would let the sweeper publish release commands and the release function
- * send to `runtime-cleaned`; a function given `role:` gets none of the service role's grants, so
- * each role here also carries its own log and event-source permissions.
- */
-
-/**
- * The queues each function sends to, by base name: the protocol's arrows (contract.md, section
- * 2). A consumer may also send to its own queue's DLQ (batch.ts moves a message that can never
+ * The queues each function sends to, by base name: the protocol's arrows (docs/integration.md,
+ * section 2). A consumer may also send to its own queue's DLQ (batch.ts moves a message that can never
  * succeed there itself, with its reason) and gets that grant from `queues.json`, not from here.
  */
 const SENDS = {

@@ -1,12 +1,11 @@
 'use strict';
 
-const { projectFacts } = require('./project.cjs');
-const { deadLetterQueueLogicalId, queueLogicalId } = require('./names.cjs');
-
 /**
- * The contract's queues (section 2) and a DLQ for each consumed one, from `infra/queues.json`: the
+ * The contract's queues (docs/integration.md, section 2) and a DLQ for each consumed one, from `infra/queues.json`: the
  * same definitions the local stack creates (infra/local/queue-setup.ts), with the stage prefix.
  */
+const { projectFacts } = require('./project.cjs');
+const { deadLetterQueueLogicalId, queueLogicalId } = require('./names.cjs');
 
 /** The SQS maximum: an operator has two weeks to look at a dead letter before it is gone. */
 const DEAD_LETTER_RETENTION_SECONDS = 1_209_600;

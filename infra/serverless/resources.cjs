@@ -1,5 +1,13 @@
 'use strict';
 
+/**
+ * What serverless.yml reads through `${file(./infra/serverless/resources.cjs):…}`: the functions'
+ * environment and event sources and the CloudFormation resources, all generated from
+ * `infra/queues.json`, metric-names.ts and config.ts so that no number or name is written twice.
+ *
+ * Each export is a function osls calls with `resolveVariable`; none of them touches the network
+ * or needs AWS credentials, so `npm run package` works on a fresh clone.
+ */
 const { alarmResources } = require('./alarms.cjs');
 const { dashboardResources } = require('./dashboard.cjs');
 const { databaseUrlKeyResources, functionRoles } = require('./iam.cjs');
@@ -11,15 +19,6 @@ const {
   projectFacts,
 } = require('./project.cjs');
 const { queueResources } = require('./queues.cjs');
-
-/**
- * What serverless.yml reads through `${file(./infra/serverless/resources.cjs):…}`: the functions'
- * environment and event sources and the CloudFormation resources, all generated from
- * `infra/queues.json`, metric-names.ts and config.ts so that no number or name is written twice.
- *
- * Each export is a function osls calls with `resolveVariable`; none of them touches the network
- * or needs AWS credentials, so `npm run package` works on a fresh clone.
- */
 
 /** The sweeper runs on a schedule instead of consuming a queue. */
 const SWEEPER = 'sweeper';
@@ -45,8 +44,8 @@ function sweepRate(intervalSeconds) {
 
 module.exports = {
   /**
-   * Every function's environment: the configuration variables of contract.md section 4 that all
-   * of them use, plus the deployment's own.
+   * Every function's environment: the configuration variables of docs/integration.md, section 4,
+   * that all of them use, plus the deployment's own.
    *
    * No connection string: DATABASE_URL_PARAMETER names the SSM SecureString parameter that holds
    * it, and each function reads it at cold start (adapters/database-url.ts). A value in the

@@ -1,5 +1,3 @@
-import type { Executor } from '../../functions/adapters/database.ts';
-
 /**
  * Two clocks meet in the invariants: the provisioner's audit (this process,
  * `performance.timeOrigin + performance.now()`, monotonic from process start) and the ledger
@@ -12,6 +10,8 @@ import type { Executor } from '../../functions/adapters/database.ts';
  *   most half of it). On one machine both read the same clock and this is ~0; it matters only
  *   for a remote DATABASE_URL.
  */
+import type { Executor } from '../../functions/adapters/database.ts';
+
 export function preciseNow(): number {
   return performance.timeOrigin + performance.now();
 }

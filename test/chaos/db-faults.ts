@@ -1,12 +1,11 @@
-import type { Database } from '../../functions/adapters/database.ts';
-import { FaultKind } from './plan.ts';
-import type { Rng } from './random.ts';
-
 /**
  * Database faults. Both act only on this database and, for terminations, only on the stack's own
  * connections (its `application_name`), never on the chaos suite's instrumentation or on another
  * engineer's database in the same cluster.
  */
+import type { Database } from '../../functions/adapters/database.ts';
+import { FaultKind } from './plan.ts';
+import type { Rng } from './random.ts';
 
 /** What a stack backend was doing when it was terminated, read from its last statement. */
 export const BackendPhase = {
@@ -48,6 +47,9 @@ export function phaseOf(state: string | null, query: string): BackendPhase {
  */
 export class BackendTerminator {
   readonly killsByPhase = new Map<BackendPhase, number>();
+  /** Resolves at the first termination (the coverage run waits for it instead of hoping). */
+  readonly firstKill: Promise<void>;
+  #resolveFirstKill!: () => void;
   #timer: NodeJS.Timeout | undefined;
   #running: Promise<void> = Promise.resolve();
   #tokens = 0;
@@ -59,7 +61,11 @@ export class BackendTerminator {
     private readonly rng: Rng,
     private readonly rate: { meanIntervalMs: number; pollMs: number },
     private readonly onKill: (kind: FaultKind) => void,
-  ) {}
+  ) {
+    this.firstKill = new Promise((resolve) => {
+      this.#resolveFirstKill = resolve;
+    });
+  }
 
   start(): void {
     const tick = () => {
@@ -106,6 +112,7 @@ export class BackendTerminator {
     if (!result.rows[0]?.terminated) return;
     this.killsByPhase.set(phase, (this.killsByPhase.get(phase) ?? 0) + 1);
     this.onKill(FaultKind.DB_BACKEND_TERMINATED);
+    this.#resolveFirstKill();
   }
 }
 

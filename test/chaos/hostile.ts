@@ -1,3 +1,10 @@
+/**
+ * Hostile queue bodies (fast-check arbitraries), shared by the property test
+ * (test/e2e/hostile-input.test.ts) and the chaos runs: malformed JSON, wrong types, quotes and
+ * SQL, NUL and lone surrogates, huge strings, path-traversal and URL-breaking sandbox ids — alone
+ * or planted in an otherwise valid command, so that the hostile value reaches as far as the code
+ * lets it (a valid-looking release with a traversal id goes all the way to the provisioner).
+ */
 import fc from 'fast-check';
 import {
   FinalizeCommand,
@@ -8,13 +15,6 @@ import {
 import { assertSafeSandboxId } from '../../functions/adapters/provisioner-client.ts';
 import type { ConsumedQueue } from './plan.ts';
 
-/**
- * Hostile queue bodies (fast-check arbitraries), shared by the property test
- * (test/e2e/hostile-input.test.ts) and the chaos runs: malformed JSON, wrong types, quotes and
- * SQL, NUL and lone surrogates, huge strings, path-traversal and URL-breaking sandbox ids — alone
- * or planted in an otherwise valid command, so that the hostile value reaches as far as the code
- * lets it (a valid-looking release with a traversal id goes all the way to the provisioner).
- */
 export const HOSTILE_STRINGS = [
   '../../x',
   '..',

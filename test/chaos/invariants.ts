@@ -1,6 +1,3 @@
-import { ascending, nearestRank } from '../../infra/local/nearest-rank.ts';
-import type { RunLogEntry, SandboxLogEntry } from './ledger.ts';
-
 /**
  * The safety invariants, checked by code over what was recorded: the ledger (run and sandbox
  * transitions, database clock moved onto this process's timeline), the provisioner's audit of
@@ -18,6 +15,9 @@ import type { RunLogEntry, SandboxLogEntry } from './ledger.ts';
  *    fence was up.
  * 2b No sandbox was deleted while a non-terminal run of its scope existed.
  */
+import { ascending, nearestRank } from '../../infra/local/nearest-rank.ts';
+import type { RunLogEntry, SandboxLogEntry } from './ledger.ts';
+
 export const Invariant = {
   FENCE_CLEARED_AFTER_CONFIRMED_DELETE: '1-fence-cleared-only-after-confirmed-delete',
   ONLY_CAPTURED_GENERATION_DELETED: '2a-only-the-captured-generation-is-deleted',
@@ -187,20 +187,33 @@ export function fenceEpochs(runsByRun: Map<string, RunLogEntry[]>): FenceEpoch[]
   return epochs;
 }
 
+/** Invariants 1, 2a and 2b over a history, with how many things each one checked. */
 export function checkSafety(history: History): { violations: Violation[]; counts: CheckCounts } {
   const idx = index(history);
-  const violations: Violation[] = [];
-  const counts: CheckCounts = {
-    clearsChecked: 0,
-    deletesChecked: 0,
-    capturesChecked: 0,
-    deletionsChecked: 0,
+  const fences = checkFenceClearedAfterConfirmedDelete(history, idx);
+  const generations = checkOnlyCapturedGenerationDeleted(history, idx);
+  const activeRuns = checkNoDeleteUnderActiveRun(history, idx);
+  return {
+    violations: [...fences.violations, ...generations.violations, ...activeRuns.violations],
+    counts: {
+      clearsChecked: fences.checked,
+      deletesChecked: generations.deletesChecked,
+      capturesChecked: generations.capturesChecked,
+      deletionsChecked: activeRuns.checked,
+    },
   };
+}
 
-  // --- 1: every clear follows a confirmation of each generation it guarded -------------------
+/** 1: every clear follows a confirmation of each generation its fence guarded. */
+function checkFenceClearedAfterConfirmedDelete(
+  history: History,
+  idx: Indexed,
+): { violations: Violation[]; checked: number } {
+  const violations: Violation[] = [];
+  let checked = 0;
   for (const epoch of fenceEpochs(idx.runsByRun)) {
     if (epoch.clearAtMs === undefined || epoch.clearAtMs >= history.settledBeforeMs) continue;
-    counts.clearsChecked += 1;
+    checked += 1;
     const sandboxes = idx.sandboxesByScope.get(epoch.scope) ?? [];
     const required = new Map<string, SandboxLogEntry>();
     const atSet = stateAt(sandboxes, epoch.setAtMs);
@@ -236,8 +249,17 @@ export function checkSafety(history: History): { violations: Violation[]; counts
       });
     }
   }
+  return { violations, checked };
+}
 
-  // --- 2a: DELETEs name a captured generation and delete only it ------------------------------
+/** 2a: every DELETE names a (sandbox, generation) a fence check captured, and deletes only that. */
+function checkOnlyCapturedGenerationDeleted(
+  history: History,
+  idx: Indexed,
+): { violations: Violation[]; deletesChecked: number; capturesChecked: number } {
+  const violations: Violation[] = [];
+  let deletesChecked = 0;
+  let capturesChecked = 0;
   const capturedPairs = new Map<string, number>();
   for (const release of history.releases) {
     const pair = `${release.sandboxId}#${release.generation}`;
@@ -258,7 +280,7 @@ export function checkSafety(history: History): { violations: Violation[]; counts
       }
       continue;
     }
-    counts.deletesChecked += 1;
+    deletesChecked += 1;
     const problems: string[] = [];
     if (request.generation === undefined) problems.push('the DELETE named no generation');
     if (request.deletedGeneration !== undefined && request.deletedGeneration !== request.generation) {
@@ -279,7 +301,7 @@ export function checkSafety(history: History): { violations: Violation[]; counts
   }
   for (const release of history.releases) {
     if (release.origin !== 'stack' || release.sentAtMs >= history.settledBeforeMs) continue;
-    counts.capturesChecked += 1;
+    capturesChecked += 1;
     const scope = scopeKey(release);
     const sandboxes = idx.sandboxesByScope.get(scope) ?? [];
     const fenceUp = (idx.runsByRun.get(release.runId) ?? []).some(
@@ -308,8 +330,16 @@ export function checkSafety(history: History): { violations: Violation[]; counts
       details: { ...release },
     });
   }
+  return { violations, deletesChecked, capturesChecked };
+}
 
-  // --- 2b: no deletion while a run of the scope was not terminal ------------------------------
+/** 2b: no sandbox was deleted while a run of its scope was not terminal. */
+function checkNoDeleteUnderActiveRun(
+  history: History,
+  idx: Indexed,
+): { violations: Violation[]; checked: number } {
+  const violations: Violation[] = [];
+  let checked = 0;
   const activeIntervals = new Map<string, Array<{ runId: string; from: number; to: number }>>();
   for (const [runId, entries] of idx.runsByRun) {
     const first = entries[0]!;
@@ -322,7 +352,7 @@ export function checkSafety(history: History): { violations: Violation[]; counts
     if (request.deletedGeneration === undefined || request.startedAt >= history.settledBeforeMs) continue;
     const scope = request.sandboxId === undefined ? undefined : history.sandboxScope.get(request.sandboxId);
     if (scope === undefined) continue;
-    counts.deletionsChecked += 1;
+    checked += 1;
     const end = request.endedAt ?? history.settledBeforeMs;
     const overlapping = (activeIntervals.get(scope) ?? []).filter(
       (interval) => interval.from < end && interval.to > request.startedAt,
@@ -337,7 +367,7 @@ export function checkSafety(history: History): { violations: Violation[]; counts
       details: { delete: describeDelete(request), activeRuns: overlapping },
     });
   }
-  return { violations, counts };
+  return { violations, checked };
 }
 
 const TERMINAL = new Set(['completed', 'failed', 'cancelled', 'interrupted']);

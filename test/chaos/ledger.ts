@@ -1,5 +1,3 @@
-import type { Executor } from '../../functions/adapters/database.ts';
-
 /**
  * The chaos suite's own instrumentation in its own database: AFTER triggers that append every
  * run status and fence transition, and every change of a scope's recorded sandbox, to two
@@ -9,6 +7,8 @@ import type { Executor } from '../../functions/adapters/database.ts';
  *
  * Nothing of the product reads these tables; they exist only in databases the chaos suite creates.
  */
+import type { Executor } from '../../functions/adapters/database.ts';
+
 export const INSTALL_LEDGER = `
   CREATE TABLE IF NOT EXISTS chaos_run_log (
     seq               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

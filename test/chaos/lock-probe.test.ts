@@ -1,3 +1,9 @@
+/**
+ * Invariant 3's probe, against a deliberately broken "cleanup": a connection that carries the
+ * stack's application name and holds the scope's advisory lock and the run's row lock while a
+ * provisioner DELETE of that scope is in flight. The probe must call that a violation, and must
+ * not blame the stack for locks the chaos suite's own connections hold.
+ */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -9,12 +15,6 @@ import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 import { finishedRootRun, type Scenario } from '../support/factories.ts';
 import { LockProbe, type ProbeVerdict } from './lock-probe.ts';
 
-/**
- * Invariant 3's probe, against a deliberately broken "cleanup": a connection that carries the
- * stack's application name and holds the scope's advisory lock and the run's row lock while a
- * provisioner DELETE of that scope is in flight. The probe must call that a violation, and must
- * not blame the stack for locks the chaos suite's own connections hold.
- */
 const STACK = 'probe-test-stack';
 const WINDOW_MS = 300;
 

@@ -1,6 +1,3 @@
-import { type Database, SQLSTATE } from '../../functions/adapters/database.ts';
-import { isCleanupError } from '../../functions/cleanup/errors.ts';
-
 /**
  * Invariant 3's probe: while a provisioner DELETE is in flight (the provisioner awaits this
  * before handling it), take, from another connection, the scope's advisory lock with a try-lock
@@ -19,6 +16,9 @@ import { isCleanupError } from '../../functions/cleanup/errors.ts';
  *   up meanwhile, since the provisioner waits for the probe — means a cleanup transaction spans
  *   the external call: a violation, reported with the holder's state and last statement.
  */
+import { type Database, SQLSTATE } from '../../functions/adapters/database.ts';
+import { isCleanupError } from '../../functions/cleanup/errors.ts';
+
 export interface ScopeKey {
   uid: string;
   runtimeScopeId: string;

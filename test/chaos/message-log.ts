@@ -1,3 +1,14 @@
+/**
+ * Every message the system and the chaos suite send, every acknowledgement the event sources
+ * make, and the process-crash faults that sit on those two seams:
+ *
+ * - a *crash at a step boundary* makes one send throw, as if the process died just before it (the
+ *   effect before it — a commit, a delete — has happened, the message that announces it is never
+ *   sent); the whole invocation then loses its acknowledgements, so the other records of the batch
+ *   come back too (a crash mid-batch);
+ * - a *crash before the ack* drops the deletion of a record whose handler finished: it comes back
+ *   after the visibility timeout, a duplicate of work already done.
+ */
 import {
   DeleteMessageBatchCommand,
   GetQueueAttributesCommand,
@@ -10,17 +21,6 @@ import type { AckInvocation } from '../../infra/local/event-source.ts';
 import { preciseNow } from './clock.ts';
 import { type ConsumerFunction, FaultKind } from './plan.ts';
 
-/**
- * Every message the system and the chaos suite send, every acknowledgement the event sources
- * make, and the process-crash faults that sit on those two seams:
- *
- * - a *crash at a step boundary* makes one send throw, as if the process died just before it (the
- *   effect before it — a commit, a delete — has happened, the message that announces it is never
- *   sent); the whole invocation then loses its acknowledgements, so the other records of the batch
- *   come back too (a crash mid-batch);
- * - a *crash before the ack* drops the deletion of a record whose handler finished: it comes back
- *   after the visibility timeout, a duplicate of work already done.
- */
 export type MessageOrigin = 'stack' | 'platform' | 'replay' | 'hostile';
 
 export interface SentMessage {
@@ -41,7 +41,7 @@ export class SimulatedCrashError extends Error {
   }
 }
 
-type CrashBoundary =
+export type CrashBoundary =
   | typeof FaultKind.CRASH_BEFORE_RELEASE_PUBLISH
   | typeof FaultKind.CRASH_AFTER_DELETE_BEFORE_FINALIZE_PUBLISH
   | typeof FaultKind.CRASH_AFTER_FINALIZE_COMMIT_BEFORE_CLEANED;
@@ -90,6 +90,12 @@ export class MessageLog {
   readonly #droppedAcks = new Map<string, ConsumerFunction[]>();
   /** Crash points hit per run (the run driver reads them to know the fault fired). */
   readonly crashesHit = new Map<string, number>();
+  /** `runId boundary` of every crash that fired. */
+  readonly #crashed = new Set<string>();
+  /** Finalize publishes held after the DELETE, by run: see holdAfterDelete. */
+  readonly #holds = new Map<string, { reached: () => void; released: Promise<void> }>();
+  /** Called after every send, crash and dropped acknowledgement: see `until`. */
+  readonly #onChange = new Set<() => void>();
 
   count(kind: FaultKind | `${FaultKind}:${string}`, by = 1): void {
     this.injected.set(kind, (this.injected.get(kind) ?? 0) + by);
@@ -111,6 +117,65 @@ export class MessageLog {
     this.#droppedAcks.delete(runId);
   }
 
+  hasCrashed(runId: string, boundary: CrashBoundary): boolean {
+    return this.#crashed.has(`${runId} ${boundary}`);
+  }
+
+  /** Acknowledgements still to be dropped for the run (dropAck arms them; each fires once). */
+  dropsLeft(runId: string): number {
+    return this.#droppedAcks.get(runId)?.length ?? 0;
+  }
+
+  /**
+   * Holds the release function's finalize publish of `runId` — the moment after its DELETE
+   * succeeded and before phase 3 can run — until `release` is called: what the platform does in
+   * between (re-provisioning the sandbox) then happens at that moment by construction, not by
+   * timing. `reached` resolves when a publish is being held. Call `release` in every case.
+   */
+  holdAfterDelete(runId: string): { reached: Promise<void>; release: () => void } {
+    let reached!: () => void;
+    let release!: () => void;
+    const reachedPromise = new Promise<void>((resolve) => {
+      reached = resolve;
+    });
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    this.#holds.set(runId, { reached, released });
+    return {
+      reached: reachedPromise,
+      release: () => {
+        this.#holds.delete(runId);
+        release();
+      },
+    };
+  }
+
+  /**
+   * Resolves true once `check` holds — checked now and after every send, crash and dropped
+   * acknowledgement, the events a fault of this log waits for — or false after `timeoutMs`.
+   */
+  until(check: () => boolean, timeoutMs: number): Promise<boolean> {
+    if (check()) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const onChange = () => {
+        if (!check()) return;
+        finish(true);
+      };
+      const finish = (result: boolean) => {
+        clearTimeout(timer);
+        this.#onChange.delete(onChange);
+        resolve(result);
+      };
+      const timer = setTimeout(() => finish(false), timeoutMs);
+      this.#onChange.add(onChange);
+    });
+  }
+
+  #changed(): void {
+    for (const listener of [...this.#onChange]) listener();
+  }
+
   messagesOf(runId: string): readonly SentMessage[] {
     return this.#byRun.get(runId) ?? [];
   }
@@ -120,7 +185,10 @@ export class MessageLog {
     const send = async (queue: string, body: unknown, sendOptions: SendOptions = {}): Promise<string> => {
       const text = typeof body === 'string' ? body : JSON.stringify(body);
       const runId = runIdOf(text);
-      if (options.crashes && runId !== undefined) this.#maybeCrash(queue, text, runId);
+      if (options.crashes && runId !== undefined) {
+        this.#maybeCrash(queue, text, runId);
+        await this.#maybeHold(queue, text, runId);
+      }
       // Taken before the send: its consumer may act on the message before the send resolves here.
       const sentAtMs = preciseNow();
       const messageId = await inner.send(queue, body, sendOptions);
@@ -132,10 +200,12 @@ export class MessageLog {
 
   record(message: SentMessage): void {
     this.sent.set(message.messageId, message);
-    if (message.runId === undefined) return;
-    const list = this.#byRun.get(message.runId) ?? [];
-    list.push(message);
-    this.#byRun.set(message.runId, list);
+    if (message.runId !== undefined) {
+      const list = this.#byRun.get(message.runId) ?? [];
+      list.push(message);
+      this.#byRun.set(message.runId, list);
+    }
+    this.#changed();
   }
 
   /** The event sources' `beforeAck` hook: applies crash and dropped-ack faults, records the rest. */
@@ -162,6 +232,7 @@ export class MessageLog {
       kept.push(message);
     }
     for (const message of kept) this.acked.add(message.MessageId!);
+    if (kept.length < invocation.toDelete.length) this.#changed();
     return kept;
   };
 
@@ -171,8 +242,18 @@ export class MessageLog {
     if (!boundary || !armed?.delete(boundary)) return;
     this.#crashes.push({ runId, fn: CRASHING_FUNCTION[boundary], atMs: Date.now() });
     this.crashesHit.set(runId, (this.crashesHit.get(runId) ?? 0) + 1);
+    this.#crashed.add(`${runId} ${boundary}`);
     this.count(boundary);
+    this.#changed();
     throw new SimulatedCrashError(boundary);
+  }
+
+  async #maybeHold(queue: string, body: string, runId: string): Promise<void> {
+    if (boundaryOf(queue, body) !== FaultKind.CRASH_AFTER_DELETE_BEFORE_FINALIZE_PUBLISH) return;
+    const hold = this.#holds.get(runId);
+    if (!hold) return;
+    hold.reached();
+    await hold.released;
   }
 }
 

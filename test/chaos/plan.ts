@@ -1,6 +1,3 @@
-import type { Fault } from '../../infra/local/provisioner/server.ts';
-import type { Rng } from './random.ts';
-
 /**
  * The fault catalogue and the plan of one chaos run.
  *
@@ -10,6 +7,9 @@ import type { Rng } from './random.ts';
  * inside its *fault window*, which starts when the root run finishes; when the window closes the
  * run's faults are lifted, and the convergence clock of the run starts (see invariants.ts).
  */
+import type { Fault } from '../../infra/local/provisioner/server.ts';
+import type { Rng } from './random.ts';
+
 export const FaultKind = {
   // Provisioner (local provisioner fault table, per sandbox id, `times`-limited)
   PROVISIONER_LATENCY_BELOW_TIMEOUT: 'provisioner.latency_below_timeout',
@@ -83,6 +83,12 @@ export interface ProvisionerFaultPlan {
 
 export interface RunPlan {
   index: number;
+  /**
+   * The kind the coverage cycle forces on this run, if any: the run does not lift its faults
+   * until that one has fired (see run-driver.ts), so the cycle covers the catalogue by
+   * construction, however slow the machine.
+   */
+  forced: FaultKind | undefined;
   /** Prefer an idle scope that already had runs (admission gating, generation bumps). */
   reuseScope: boolean;
   terminalStatus: TerminalStatus;
@@ -127,6 +133,12 @@ export interface FaultMix {
   hostile: number;
   /** Upper bound of a run's fault window. */
   maxFaultWindowMs: number;
+  /**
+   * The window of a run the coverage cycle forces a kind on; drawn from 2 s up to
+   * maxFaultWindowMs when unset. A forced fault fires however short it is (the run waits for the
+   * fault's trigger point): 0 shows that coverage does not depend on timing.
+   */
+  forcedWindowMs?: number;
 }
 
 export const DEFAULT_MIX: FaultMix = {
@@ -165,6 +177,12 @@ const TRANSIENT_PROVISIONER_FAULTS = [
   FaultKind.PROVISIONER_SLOW_BODY_ABOVE_TIMEOUT,
   FaultKind.PROVISIONER_OVERSIZED_BODY,
 ] as const;
+
+/** The kinds that live in the provisioner's fault table: they fire on a DELETE of the sandbox. */
+export const PROVISIONER_FAULT_KINDS: ReadonlySet<FaultKind> = new Set([
+  ...TRANSIENT_PROVISIONER_FAULTS,
+  FaultKind.PROVISIONER_OUTAGE,
+]);
 
 /**
  * The kinds a small run cycles through first, one per run, so that even a few dozen runs cover
@@ -248,11 +266,11 @@ export function drawPlan(
   timeouts: Timeouts,
   forced: FaultKind | undefined,
 ): RunPlan & { provisionerKinds: FaultKind[] } {
-  // A forced run (the coverage cycle) gets its one kind and nothing else, with a window long
-  // enough for the fault to meet its moment: every kind then happens in a few dozen runs.
+  // A forced run (the coverage cycle) gets its one kind and nothing else; it keeps its faults up
+  // until that kind fired (run-driver.ts), so every kind happens in a few dozen runs.
   const focused = forced !== undefined;
   const window = focused
-    ? rng.int(2_000, Math.max(2_000, mix.maxFaultWindowMs))
+    ? (mix.forcedWindowMs ?? rng.int(2_000, Math.max(2_000, mix.maxFaultWindowMs)))
     : rng.int(0, mix.maxFaultWindowMs);
   const at = () => rng.int(0, window);
   const has = (kind: FaultKind, probability: number) =>
@@ -344,6 +362,7 @@ export function drawPlan(
 
   return {
     index,
+    forced,
     reuseScope: rng.chance(0.5),
     terminalStatus: rng.pick(TERMINAL_STATUSES),
     workMs: rng.int(0, 300),

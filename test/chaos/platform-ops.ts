@@ -1,14 +1,14 @@
-import { randomUUID } from 'node:crypto';
-import type { Database } from '../../functions/adapters/database.ts';
-import type { PlatformSimulator, ScopeRef } from '../../infra/local/platform.ts';
-import type { ScopeKey } from './lock-probe.ts';
-
 /**
  * What the chaos suite's platform does beyond the PlatformSimulator: a pool of scopes to reuse
  * (admission gating and generation bumps need a scope to see several runs), the map from sandbox
  * id to scope that the probe and the checks need, and the platform-side faults that change a
  * cleanup's identity under it (a Workdir moved, the sandbox re-created or replaced).
  */
+import { randomUUID } from 'node:crypto';
+import type { Database } from '../../functions/adapters/database.ts';
+import type { PlatformSimulator, ScopeRef } from '../../infra/local/platform.ts';
+import type { ScopeKey } from './lock-probe.ts';
+
 export interface ScopeState {
   ref: ScopeRef;
   /** Every sandbox id this scope has used. */

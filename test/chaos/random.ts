@@ -1,5 +1,3 @@
-import { seededRandom } from '../../infra/local/provisioner/faults.ts';
-
 /**
  * Seeded randomness for the chaos suite. Every decision the suite makes (which faults a run gets,
  * when they fire, which backend is terminated) is drawn from a stream derived from the seed, so a
@@ -7,6 +5,8 @@ import { seededRandom } from '../../infra/local/provisioner/faults.ts';
  * that is the point of running them for real — but the plan that provoked a violation is, and it
  * is printed with the violation.
  */
+import { seededRandom } from '../../infra/local/provisioner/faults.ts';
+
 export class Rng {
   readonly #next: () => number;
 

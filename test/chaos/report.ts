@@ -1,12 +1,12 @@
-import { mkdir, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
-import type { ChaosResult } from './engine.ts';
-
 /**
  * The chaos report, as JSON (every figure, every violation with its details) and as Markdown (the
  * figures a reader wants first). Written under test/chaos/results/ by the CLI and the fixed-seed
  * test.
  */
+import { mkdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { ChaosResult } from './result.ts';
+
 export function reportBaseName(result: Pick<ChaosResult, 'seed' | 'runs'>): string {
   return `chaos-seed${result.seed}-runs${result.runs}`;
 }
@@ -40,7 +40,7 @@ export function renderMarkdown(result: ChaosResult): string {
   lines.push('');
   const c = result.convergence;
   lines.push(
-    `Per root run, from the later of (fence set, its faults lifted, its scope's last run terminal) to the fence's clear. Stated bound: **${ms(c.boundMs)}** (derivation in test/chaos/engine.ts, \`CONVERGENCE_BOUND_MS\`).`,
+    `Per root run, from the later of (fence set, its faults lifted, its scope's last run terminal) to the fence's clear. Stated bound: **${ms(c.boundMs)}** (derivation in test/chaos/settings.ts, \`CONVERGENCE_BOUND_MS\`).`,
   );
   lines.push('');
   lines.push('| measure | samples | p50 | p99 | max |');
@@ -66,6 +66,14 @@ export function renderMarkdown(result: ChaosResult): string {
   lines.push('|---|---:|');
   for (const [kind, count] of Object.entries(result.faultsInjected)) lines.push(`| ${kind} | ${count} |`);
   lines.push('');
+  const forcedRuns =
+    Object.values(result.coverage.fired).reduce((sum, n) => sum + n, 0) + result.coverage.missed.length;
+  if (forcedRuns > 0) {
+    lines.push(
+      `Coverage cycle: ${forcedRuns} forced runs, ${result.coverage.missed.length} whose kind did not fire${result.coverage.missed.length ? ` (${result.coverage.missed.map((m) => `${m.kind} in run ${m.run}`).join(', ')})` : ''}; the longest wait past a window for a forced fault was ${ms(result.coverage.longestWaitMs)}.`,
+    );
+    lines.push('');
+  }
   lines.push('Backends terminated, by what they were doing:');
   lines.push('');
   for (const [phase, count] of Object.entries(result.dbKillsByPhase)) lines.push(`- ${phase}: ${count}`);

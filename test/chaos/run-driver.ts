@@ -1,3 +1,9 @@
+/**
+ * Plays one chaos run: the lifecycle of a root run (and any sibling root, subagents, or runs
+ * admitted by the admission attempts), with every fault of its plan fired inside its fault window,
+ * then the faults lifted and the fences awaited. What happened is returned as a RunRecord; the
+ * invariants are checked elsewhere, against the ledger and the provisioner's audit.
+ */
 import { randomUUID } from 'node:crypto';
 import type { Database } from '../../functions/adapters/database.ts';
 import type { Queues } from '../../functions/adapters/queues.ts';
@@ -5,11 +11,13 @@ import type { AdmittedRun, PlatformSimulator } from '../../infra/local/platform.
 import type { LocalProvisioner } from '../../infra/local/provisioner/server.ts';
 import { preciseNow } from './clock.ts';
 import { holdLock } from './db-faults.ts';
-import type { MessageLog, SentMessage } from './message-log.ts';
+import { type ForcedFaultRecord, firedBy, watchDeleteFaulted } from './forced-fault.ts';
+import type { CrashBoundary, MessageLog, SentMessage } from './message-log.ts';
 import {
   type ConsumedQueue,
   FaultKind,
   LYING_PROVISIONER_FAULTS,
+  PROVISIONER_FAULT_KINDS,
   provisionerFault,
   type RunPlan,
   type Timeouts,
@@ -24,12 +32,6 @@ import {
 } from './platform-ops.ts';
 import type { Rng } from './random.ts';
 
-/**
- * Plays one chaos run: the lifecycle of a root run (and any sibling root, subagents, or runs
- * admitted by the admission attempts), with every fault of its plan fired inside its fault window,
- * then the faults lifted and the fences awaited. What happened is returned as a RunRecord; the
- * invariants are checked elsewhere, against the ledger and the provisioner's audit.
- */
 export interface RunContext {
   platform: PlatformSimulator;
   platformDb: Database;
@@ -46,6 +48,8 @@ export interface RunContext {
   hostileBodies: (rng: Rng, count: number) => Array<{ queue: ConsumedQueue; body: string }>;
   /** How long a run waits for its fences after its faults stopped before it is reported as stuck. */
   clearTimeoutMs: number;
+  /** How long past its window a run waits for its forced fault to fire (see forced-fault.ts). */
+  forcedFaultTimeoutMs: number;
   /** Work that outlives the run (late replays); awaited before the final checks. */
   background: Set<Promise<unknown>>;
 }
@@ -63,6 +67,8 @@ export interface RunRecord {
   admissions: { attempts: number; refused: number; admitted: number };
   recreate: RecreateOutcome | null;
   expectedLeak: boolean;
+  /** The coverage cycle's fault for this run, and whether it fired. */
+  forced: ForcedFaultRecord | undefined;
   errors: string[];
 }
 
@@ -116,6 +122,10 @@ export async function playRun(
 
   // Provisioner faults go on the sandbox before anything can delete it; the generation a 409
   // names is relative to the one just acquired.
+  const forcedDelete =
+    plan.forced !== undefined && PROVISIONER_FAULT_KINDS.has(plan.forced)
+      ? watchDeleteFaulted(provisioner, root.sandboxId)
+      : undefined;
   for (const kind of plan.provisionerKinds) {
     const fault = provisionerFault(kind, rng, ctx.timeouts, root.generation);
     provisioner.setFault(root.sandboxId, fault);
@@ -125,6 +135,8 @@ export async function playRun(
     for (const crash of plan.crashes) messages.armCrash(run.runId, crash);
     for (const fn of plan.droppedAcks) messages.dropAck(run.runId, fn);
   }
+  // Armed before the run finishes: the publish it holds can follow the finish at once.
+  const afterDelete = plan.recreateSandbox ? messages.holdAfterDelete(root.runId) : undefined;
 
   await sleep(plan.workMs);
   for (const [index, runId] of childRunIds.entries()) {
@@ -132,6 +144,10 @@ export async function playRun(
   }
   for (const sibling of roots.slice(1)) await platform.finishRun(sibling.runId, plan.terminalStatus);
   const finishedAtMs = preciseNow();
+  const windowEndMs = finishedAtMs + plan.faultWindowMs;
+  /** A forced fault is waited for up to here; any other fault only within the window. */
+  const forcedDeadlineMs = windowEndMs + ctx.forcedFaultTimeoutMs;
+  const isForced = (kind: FaultKind) => plan.forced === kind;
   if (!plan.announce) note(FaultKind.ANNOUNCEMENT_LOST);
   await platform.finishRun(root.runId, plan.terminalStatus, { announce: plan.announce });
 
@@ -147,7 +163,14 @@ export async function playRun(
         lock.kind === FaultKind.DB_ROW_LOCK_HELD_ABOVE_TIMEOUT
           ? { kind: 'row' as const, runId: root.runId }
           : { kind: 'advisory' as const, uid: scope.ref.uid, runtimeScopeId: scope.ref.runtimeScopeId };
-      if (await holdLock(ctx.lockerDb, target, lock.holdMs)) note(lock.kind);
+      // The locker gives up when a cleanup holds the lock longer than its own lock timeout; a
+      // forced lock fault tries again until it held the lock.
+      do {
+        if (await holdLock(ctx.lockerDb, target, lock.holdMs)) {
+          note(lock.kind);
+          return;
+        }
+      } while (isForced(lock.kind) && preciseNow() < forcedDeadlineMs);
     });
   }
   const admissions = { attempts: 0, refused: 0, admitted: 0 };
@@ -174,30 +197,23 @@ export async function playRun(
     });
   }
   let recreate: RecreateOutcome | null = null;
-  if (plan.recreateSandbox) {
+  if (plan.recreateSandbox && afterDelete) {
     const { newId } = plan.recreateSandbox;
-    const windowEnd = finishedAtMs + plan.faultWindowMs;
+    const kind = newId ? FaultKind.SANDBOX_REPLACED_NEW_ID : FaultKind.SANDBOX_RECREATED;
     inWindow.push(
       guard('recreate', async () => {
         // Right after the cleanup's DELETE, before its finalize: the moment the identity check of
-        // phase 3 exists for. Wait for the DELETE to arrive, then re-provision as soon as the old
-        // sandbox is gone, unless the fence drops first or the window closes.
-        await provisioner
-          .waitForRequest(
-            (entry) => entry.method === 'DELETE' && scope.sandboxIds.has(entry.sandboxId ?? ''),
-            plan.faultWindowMs,
-          )
-          .catch(() => undefined);
-        for (;;) {
+        // phase 3 exists for. The release function's finalize publish is held there (the DELETE
+        // is done, phase 3 cannot start), the platform re-provisions, and the publish goes on.
+        try {
+          const reached = await firedBy(afterDelete.reached, isForced(kind) ? forcedDeadlineMs : windowEndMs);
+          if (!reached) return;
           recreate = await recreateSandbox(ctx.platformDb, ctx.provisionerUrl, scope, newId, (id) =>
             ctx.scopes.noteSandbox(scope, id),
           );
-          if (recreate === 'recreated' || recreate === 'replaced') {
-            note(newId ? FaultKind.SANDBOX_REPLACED_NEW_ID : FaultKind.SANDBOX_RECREATED);
-            return;
-          }
-          if (recreate === 'not_fenced' || preciseNow() + 50 > windowEnd) return;
-          await sleep(15);
+          if (recreate === 'recreated' || recreate === 'replaced') note(kind);
+        } finally {
+          afterDelete.release();
         }
       }),
     );
@@ -216,24 +232,47 @@ export async function playRun(
       }
     });
   }
+  const replays: Array<Promise<unknown>> = [];
   for (const replay of plan.replays) {
     const runIds = () => roots.map((run) => run.runId);
+    // A forced duplicate waits for a message to duplicate; a random one takes what was sent by then.
+    const waitUntilMs = isForced(FaultKind.DUPLICATE_DELIVERY) ? forcedDeadlineMs : undefined;
     const work = sleep(replay.delayMs).then(() =>
       guard('replay', async () => {
-        const replayed = await replayOne(ctx, runIds(), replay.queue, rng);
+        const replayed = await replayOne(ctx, runIds, replay.queue, rng, waitUntilMs);
         if (replayed) note(FaultKind.DUPLICATE_DELIVERY);
         if (replayed === 'reordered') note(FaultKind.REORDERED_DELIVERY);
       }),
     );
+    replays.push(work);
     ctx.background.add(work);
     void work.finally(() => ctx.background.delete(work));
   }
 
   await sleep(plan.faultWindowMs);
   await Promise.all(inWindow);
+  const forced =
+    plan.forced === undefined
+      ? undefined
+      : await untilForcedFaultFired(ctx, plan.forced, {
+          rootRunId: root.runId,
+          forcedDelete: forcedDelete?.fired,
+          replays,
+          done: kinds,
+          recreate: () => recreate,
+          deadlineMs: forcedDeadlineMs,
+          windowEndMs,
+        });
+  forcedDelete?.stop();
+  if (forced && !forced.fired) {
+    errors.push(
+      `forced fault ${forced.kind} never reached its trigger point within ${ctx.forcedFaultTimeoutMs} ms after its window`,
+    );
+  }
   // --- faults stop ----------------------------------------------------------------------------
   for (const sandboxId of scope.sandboxIds) provisioner.clearFaults(sandboxId);
   for (const run of roots) messages.disarm(run.runId);
+  afterDelete?.release();
   const faultsStoppedAtMs = preciseNow();
 
   const cleared = await ctx.fences.waitCleared(
@@ -253,9 +292,50 @@ export async function playRun(
     admissions,
     recreate,
     expectedLeak: lying,
+    forced,
     errors,
   };
 }
+
+/** Waits (up to the deadline) for the run's forced fault to fire; see forced-fault.ts for each kind. */
+async function untilForcedFaultFired(
+  ctx: RunContext,
+  kind: FaultKind,
+  run: {
+    rootRunId: string;
+    forcedDelete: Promise<void> | undefined;
+    replays: Array<Promise<unknown>>;
+    done: ReadonlySet<FaultKind>;
+    recreate: () => RecreateOutcome | null;
+    deadlineMs: number;
+    windowEndMs: number;
+  },
+): Promise<ForcedFaultRecord> {
+  const { messages } = ctx;
+  const left = () => Math.max(0, run.deadlineMs - preciseNow());
+  let fired: boolean;
+  if (PROVISIONER_FAULT_KINDS.has(kind)) {
+    fired = run.forcedDelete !== undefined && (await firedBy(run.forcedDelete, run.deadlineMs));
+  } else if (CRASH_BOUNDARIES.has(kind)) {
+    fired = await messages.until(() => messages.hasCrashed(run.rootRunId, kind as CrashBoundary), left());
+  } else if (kind === FaultKind.CRASH_BEFORE_ACK) {
+    fired = await messages.until(() => messages.dropsLeft(run.rootRunId) === 0, left());
+  } else if (kind === FaultKind.DUPLICATE_DELIVERY) {
+    await Promise.all(run.replays);
+    fired = run.done.has(kind);
+  } else if (kind === FaultKind.SANDBOX_RECREATED || kind === FaultKind.SANDBOX_REPLACED_NEW_ID) {
+    fired = run.recreate() === 'recreated' || run.recreate() === 'replaced';
+  } else {
+    fired = run.done.has(kind);
+  }
+  return { kind, fired, waitedMs: Math.max(0, Math.round(preciseNow() - run.windowEndMs)) };
+}
+
+const CRASH_BOUNDARIES: ReadonlySet<FaultKind> = new Set([
+  FaultKind.CRASH_BEFORE_RELEASE_PUBLISH,
+  FaultKind.CRASH_AFTER_DELETE_BEFORE_FINALIZE_PUBLISH,
+  FaultKind.CRASH_AFTER_FINALIZE_COMMIT_BEFORE_CLEANED,
+]);
 
 /** A reused scope is idle (its fences were seen clear), so admission succeeds; retried for safety. */
 async function admitUntilFree(ctx: RunContext, scope: ScopeState): Promise<AdmittedRun> {
@@ -277,23 +357,30 @@ async function admitUntilFree(ctx: RunContext, scope: ScopeState): Promise<Admit
  */
 async function replayOne(
   ctx: RunContext,
-  runIds: string[],
+  runIds: () => string[],
   queue: ConsumedQueue,
   rng: Rng,
+  waitUntilMs: number | undefined,
 ): Promise<'duplicate' | 'reordered' | undefined> {
-  const all: SentMessage[] = runIds.flatMap((runId) =>
-    ctx.messages
-      .messagesOf(runId)
-      .filter((message) => message.origin !== 'replay' && message.origin !== 'hostile'),
-  );
-  const candidates = all.filter((message) => message.queue === queue);
-  if (candidates.length === 0) return undefined;
-  const original = rng.pick(candidates);
+  const all = (): SentMessage[] =>
+    runIds().flatMap((runId) =>
+      ctx.messages
+        .messagesOf(runId)
+        .filter((message) => message.origin !== 'replay' && message.origin !== 'hostile'),
+    );
+  const candidates = () => all().filter((message) => message.queue === queue);
+  if (waitUntilMs !== undefined) {
+    // Every consumed queue carries a message about a cleaned-up run sooner or later.
+    await ctx.messages.until(() => candidates().length > 0, Math.max(0, waitUntilMs - preciseNow()));
+  }
+  const found = candidates();
+  if (found.length === 0) return undefined;
+  const original = rng.pick(found);
   const options =
     queue === 'runtime-release.fifo'
       ? { groupId: original.options.groupId ?? 'replay', deduplicationId: randomUUID() }
       : {};
+  const later = all().some((message) => message.sentAtMs > original.sentAtMs);
   await ctx.replayQueues.send(queue, original.body, options);
-  const later = all.some((message) => message.sentAtMs > original.sentAtMs);
   return later ? 'reordered' : 'duplicate';
 }

@@ -1,7 +1,3 @@
-import { readdir, readFile } from 'node:fs/promises';
-import { join, relative } from 'node:path';
-import { fileURLToPath } from 'node:url';
-
 /**
  * A static check that every SQL statement under functions/ is parameterised: no SQL text built
  * with a template literal substitution (`${…}`) or by concatenating strings, except the one
@@ -9,6 +5,10 @@ import { fileURLToPath } from 'node:url';
  * validated integers. A small tokenizer finds the literals (comments and quotes understood), and a
  * literal counts as SQL when it reads like a statement.
  */
+import { readdir, readFile } from 'node:fs/promises';
+import { join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
 export interface SqlFinding {

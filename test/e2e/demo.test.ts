@@ -1,3 +1,8 @@
+/**
+ * `npm start` run the way a user runs it: a separate process, non-interactive (stdout is a pipe),
+ * at a small size. The assertions are the summary's facts, each re-checked here against the
+ * database, the file system and the process table rather than taken from the demo's word.
+ */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { chmod, mkdtemp, readdir, readFile, readlink, rm } from 'node:fs/promises';
@@ -9,11 +14,6 @@ import { isProcessAlive } from '../../infra/local/provisioner/server.ts';
 import { useDatabaseFixture } from '../support/fixtures.ts';
 import { eventually } from '../support/stack.ts';
 
-/**
- * `npm start` run the way a user runs it: a separate process, non-interactive (stdout is a pipe),
- * at a small size. The assertions are the summary's facts, each re-checked here against the
- * database, the file system and the process table rather than taken from the demo's word.
- */
 const CLI = 'infra/local/demo/cli.ts';
 
 interface DemoProcess {

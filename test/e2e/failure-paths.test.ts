@@ -1,3 +1,8 @@
+/**
+ * Failure paths end to end: real handlers behind the emulated event source mapping, fauxqs,
+ * PostgreSQL and the local provisioner with injected faults. Timeouts and backoff are shortened
+ * (1 s delete timeout, 1–2 s retry delays); their shape is the deployed one.
+ */
 import { describe, expect, it } from 'vitest';
 import { announceRunFinished, publishFinalize } from '../../functions/adapters/publish.ts';
 import { QueueName } from '../../functions/adapters/queues.ts';
@@ -8,11 +13,6 @@ import { fenceOf } from '../support/factories.ts';
 import { useStackFixture } from '../support/fixtures.ts';
 import { eventually } from '../support/stack.ts';
 
-/**
- * Failure paths end to end: real handlers behind the emulated event source mapping, fauxqs,
- * PostgreSQL and the local provisioner with injected faults. Timeouts and backoff are shortened
- * (1 s delete timeout, 1–2 s retry delays); their shape is the deployed one.
- */
 const fixture = useStackFixture({
   env: {
     SANDBOX_PROVISIONER_DELETE_TIMEOUT_SECONDS: '1',

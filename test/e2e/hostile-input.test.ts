@@ -1,3 +1,15 @@
+/**
+ * Hostile queue bodies, property-based (fast-check): malformed JSON, wrong types, quotes and SQL,
+ * NUL, lone surrogates, emoji, ~200 KB strings, path-traversal and URL-breaking sandbox ids — alone
+ * or planted in an otherwise valid command. Each batch mixes them with one valid message.
+ *
+ * The handlers are invoked directly with a batch built here (the emulator never returns a chosen
+ * mix in one receive), on the real database, provisioner and SQS emulator. Their sends go through
+ * `sqsRules`, which applies SQS's own character rule to the body *and every attribute* as SQS does
+ * (fauxqs checks only bodies, and wrongly refuses astral characters such as emoji, so the body it
+ * stores has those escaped). A dead letter whose reason SQS would refuse is thus a failure here,
+ * as it would be in AWS.
+ */
 import { randomUUID } from 'node:crypto';
 import type { Message } from '@aws-sdk/client-sqs';
 import type { SQSEvent, SQSRecord } from 'aws-lambda';
@@ -31,18 +43,6 @@ import { testInfrastructure } from '../support/infrastructure.ts';
 import { sqsRecord } from '../support/sqs-record.ts';
 import { eventually } from '../support/stack.ts';
 
-/**
- * Hostile queue bodies, property-based (fast-check): malformed JSON, wrong types, quotes and SQL,
- * NUL, lone surrogates, emoji, ~200 KB strings, path-traversal and URL-breaking sandbox ids — alone
- * or planted in an otherwise valid command. Each batch mixes them with one valid message.
- *
- * The handlers are invoked directly with a batch built here (the emulator never returns a chosen
- * mix in one receive), on the real database, provisioner and SQS emulator. Their sends go through
- * `sqsRules`, which applies SQS's own character rule to the body *and every attribute* as SQS does
- * (fauxqs checks only bodies, and wrongly refuses astral characters such as emoji, so the body it
- * stores has those escaped). A dead letter whose reason SQS would refuse is thus a failure here,
- * as it would be in AWS.
- */
 const fixture = useStackFixture();
 
 interface Sent {

@@ -1,3 +1,7 @@
+/**
+ * The operator CLI as an operator runs it: a child process (`node --import tsx infra/ops/cli.ts`,
+ * what `npm run ops --` runs, minus npm's start-up) against this file's own local stack.
+ */
 import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import type { Message } from '@aws-sdk/client-sqs';
@@ -13,10 +17,6 @@ import { useStackFixture } from '../support/fixtures.ts';
 import { holdScopeAdvisoryLock } from '../support/probes.ts';
 import { eventually } from '../support/stack.ts';
 
-/**
- * The operator CLI as an operator runs it: a child process (`node --import tsx infra/ops/cli.ts`,
- * what `npm run ops --` runs, minus npm's start-up) against this file's own local stack.
- */
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const CLI = fileURLToPath(new URL('../../infra/ops/cli.ts', import.meta.url));
 const CHILD_TIMEOUT_MS = 30_000;

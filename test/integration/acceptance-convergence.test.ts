@@ -1,3 +1,10 @@
+/**
+ * ADR acceptance row 4 (not run in the originating platform): retries converge idempotently.
+ * Duplicate deletes, duplicate fence clears and identity drift each end in a defined outcome:
+ * a fence already clear is reported, not rewritten; anything that moved since phase 1 keeps the
+ * fence; ten concurrent cleanups of one run clear it exactly once; a late delete of an old
+ * generation leaves the new generation's sandbox running.
+ */
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { Database } from '../../functions/adapters/database.ts';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
@@ -22,13 +29,6 @@ import {
   type TestProvider,
 } from '../support/probes.ts';
 
-/**
- * ADR acceptance row 4 (not run in the originating platform): retries converge idempotently.
- * Duplicate deletes, duplicate fence clears and identity drift each end in a defined outcome:
- * a fence already clear is reported, not rewritten; anything that moved since phase 1 keeps the
- * fence; ten concurrent cleanups of one run clear it exactly once; a late delete of an old
- * generation leaves the new generation's sandbox running.
- */
 const fixture = useProvisionerFixture({ tempPrefix: 'rc-convergence-' });
 let shared: TestProvider;
 

@@ -1,3 +1,10 @@
+/**
+ * ADR acceptance row 2: the fence is cleared only after a successful delete and the final
+ * re-check. While the delete is blocked, after it fails and after it times out, the fence stays
+ * up, the scope stays blocked for admission, and a retry starts from the same identity. Only
+ * finalize, after a release that succeeded, clears it. Also: a timed-out release leaves no request
+ * running at the provisioner (the abort really closes the HTTP exchange).
+ */
 import { describe, expect, it } from 'vitest';
 import {
   CleanupTimeoutError,
@@ -26,13 +33,6 @@ import {
 } from '../support/probes.ts';
 import { eventually } from '../support/stack.ts';
 
-/**
- * ADR acceptance row 2: the fence is cleared only after a successful delete and the final
- * re-check. While the delete is blocked, after it fails and after it times out, the fence stays
- * up, the scope stays blocked for admission, and a retry starts from the same identity. Only
- * finalize, after a release that succeeded, clears it. Also: a timed-out release leaves no request
- * running at the provisioner (the abort really closes the HTTP exchange).
- */
 const fixture = useProvisionerFixture({ tempPrefix: 'rc-fence-' });
 
 /** Everything that says "the old runtime is not confirmed gone" for this run, checked at once. */

@@ -1,3 +1,10 @@
+/**
+ * ADR acceptance row 3: waiting for the provider's keyed lock is bounded. With the scope's lock
+ * already held, release fails explicitly (RELEASE_LOCK_TIMEOUT, retryable) once the configured
+ * wait is over, and never calls the provisioner: its audit log shows no DELETE at all. The
+ * overall cleanup deadline also cuts a lock wait short, and a waiter that gave up leaves no trace
+ * in the lock.
+ */
 import { describe, expect, it } from 'vitest';
 import {
   CleanupTimeoutError,
@@ -19,13 +26,6 @@ import {
   releaseNeeded,
 } from '../support/probes.ts';
 
-/**
- * ADR acceptance row 3: waiting for the provider's keyed lock is bounded. With the scope's lock
- * already held, release fails explicitly (RELEASE_LOCK_TIMEOUT, retryable) once the configured
- * wait is over, and never calls the provisioner: its audit log shows no DELETE at all. The
- * overall cleanup deadline also cuts a lock wait short, and a waiter that gave up leaves no trace
- * in the lock.
- */
 const fixture = useProvisionerFixture({ tempPrefix: 'rc-keyed-lock-' });
 
 function providerWith(releaseLockTimeoutMs: number): SandboxProvider {

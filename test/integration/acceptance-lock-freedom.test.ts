@@ -1,3 +1,11 @@
+/**
+ * ADR acceptance row 1: no AgentRun row lock and no runtime advisory transaction lock is held
+ * while the sandbox delete waits. Evidence on real PostgreSQL: while the provisioner holds the
+ * DELETE (a `hang` fault, so the wait is as long as the test wants), another connection takes the
+ * run's row with NOWAIT and the scope's advisory lock with a try-lock. The negative controls hold
+ * phase 1 and phase 3 open on purpose and show the very same probes fail then, so a passing probe
+ * means "free", not "the probe cannot see the lock".
+ */
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { Database } from '../../functions/adapters/database.ts';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
@@ -18,14 +26,6 @@ import {
   type TestProvider,
 } from '../support/probes.ts';
 
-/**
- * ADR acceptance row 1: no AgentRun row lock and no runtime advisory transaction lock is held
- * while the sandbox delete waits. Evidence on real PostgreSQL: while the provisioner holds the
- * DELETE (a `hang` fault, so the wait is as long as the test wants), another connection takes the
- * run's row with NOWAIT and the scope's advisory lock with a try-lock. The negative controls hold
- * phase 1 and phase 3 open on purpose and show the very same probes fail then, so a passing probe
- * means "free", not "the probe cannot see the lock".
- */
 const fixture = useProvisionerFixture({ tempPrefix: 'rc-lock-freedom-' });
 let other: Database;
 let sandboxes: TestProvider;

@@ -1,3 +1,9 @@
+/**
+ * What one invocation does with one batch: the partial batch response is exactly the set of
+ * records that must come back, never "everything deleted" after a throw. Records are built by
+ * hand so a batch can hold what fauxqs would never deliver together (two records of one FIFO
+ * group); the queues behind them are real (fauxqs), as are PostgreSQL and the provisioner.
+ */
 import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import type { Context, SQSEvent } from 'aws-lambda';
 import { describe, expect, it, onTestFinished } from 'vitest';
@@ -17,12 +23,6 @@ import { useProvisionerFixture, useSqsFixture } from '../support/fixtures.ts';
 import { testInfrastructure } from '../support/infrastructure.ts';
 import { sqsRecord } from '../support/sqs-record.ts';
 
-/**
- * What one invocation does with one batch: the partial batch response is exactly the set of
- * records that must come back, never "everything deleted" after a throw. Records are built by
- * hand so a batch can hold what fauxqs would never deliver together (two records of one FIFO
- * group); the queues behind them are real (fauxqs), as are PostgreSQL and the provisioner.
- */
 const fixture = useProvisionerFixture({ tempPrefix: 'batch-semantics-', graceMs: 200 });
 const sqsFixture = useSqsFixture();
 const config = loadConfig({ CLEANUP_RETRY_BASE_SECONDS: '1', CLEANUP_RETRY_MAX_SECONDS: '2' });

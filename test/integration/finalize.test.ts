@@ -1,3 +1,7 @@
+/**
+ * Phase 3 on real PostgreSQL, with rows written the way the platform writes them: what it clears,
+ * what it leaves alone, and how it waits for the scope's lock (bounded by `lock_timeout`).
+ */
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { Database } from '../../functions/adapters/database.ts';
 import { DatabaseLockTimeoutError, InfrastructureErrorCode } from '../../functions/adapters/errors.ts';
@@ -14,10 +18,6 @@ import { fenceOf, finishedRootRun, insertOtherRun, type Scenario } from '../supp
 import { useDatabaseFixture } from '../support/fixtures.ts';
 import { pausingDatabase, rejectionOf, releaseNeeded } from '../support/probes.ts';
 
-/**
- * Phase 3 on real PostgreSQL, with rows written the way the platform writes them: what it clears,
- * what it leaves alone, and how it waits for the scope's lock (bounded by `lock_timeout`).
- */
 const fixture = useDatabaseFixture();
 let impatient: Database;
 beforeAll(async () => {

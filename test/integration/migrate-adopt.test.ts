@@ -1,13 +1,13 @@
-import { randomBytes } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { type Database, openDatabase } from '../../functions/adapters/database.ts';
-import { loadMigrations, migrate } from '../../infra/migrate.ts';
-
 /**
  * A platform database that already holds the contract's tables (created by the platform, not by
  * these migrations) is adopted: the migrations apply on top, and existing fenced rows get their
  * bookkeeping filled in.
  */
+import { randomBytes } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { type Database, openDatabase } from '../../functions/adapters/database.ts';
+import { loadMigrations, migrate } from '../../infra/migrate.ts';
+
 const CONTRACT_SCHEMA = `
   CREATE TABLE conversations (
     id bigint generated always as identity primary key, uid text not null,

@@ -1,3 +1,8 @@
+/**
+ * The migration runner on real PostgreSQL, each case on an empty database of its own: idempotent,
+ * safe to run from two places at once, append-only, atomic; and the schema it builds is the
+ * contract's (docs/integration.md §1), functions included.
+ */
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { type Database, openDatabase } from '../../functions/adapters/database.ts';
@@ -5,11 +10,6 @@ import { loadMigrations, type Migration, migrate } from '../../infra/migrate.ts'
 import { insertConversation, insertRun } from '../support/factories.ts';
 import { rejectionOf } from '../support/probes.ts';
 
-/**
- * The migration runner on real PostgreSQL, each case on an empty database of its own: idempotent,
- * safe to run from two places at once, append-only, atomic; and the schema it builds is the
- * contract's (contract §1), functions included.
- */
 const { adminUrl, wsProxy } = inject('database');
 const TIMEOUTS = { lockTimeoutMs: 10_000, statementTimeoutMs: 30_000 };
 let admin: Database;
@@ -114,7 +114,7 @@ describe('the migration runner', () => {
   });
 });
 
-describe('the schema matches the contract (contract §1)', () => {
+describe('the schema matches the contract (docs/integration.md §1)', () => {
   let db: Database;
   beforeAll(async () => {
     db = await (await emptyDatabase()).connect();

@@ -1,3 +1,7 @@
+/**
+ * What an on-call engineer sees in CloudWatch: the JSON log lines and EMF metric documents the
+ * real handlers print, captured from stdout while one cleanup runs through all three phases.
+ */
 import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import type { SQSEvent } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
@@ -16,10 +20,6 @@ import { finishedRootRun } from '../support/factories.ts';
 import { useProvisionerFixture, useSqsFixture } from '../support/fixtures.ts';
 import { testInfrastructure } from '../support/infrastructure.ts';
 
-/**
- * What an on-call engineer sees in CloudWatch: the JSON log lines and EMF metric documents the
- * real handlers print, captured from stdout while one cleanup runs through all three phases.
- */
 const fixture = useProvisionerFixture({ tempPrefix: 'observability-', graceMs: 200 });
 const sqsFixture = useSqsFixture();
 const SECRET = 's3cr3t-Pa55w0rd';

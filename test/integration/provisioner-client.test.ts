@@ -1,3 +1,9 @@
+/**
+ * The provisioner client against real HTTP servers: the local provisioner (real sandboxes, and
+ * faults for the misbehaviours it can produce) and, for replies no honest provisioner sends, a
+ * tiny hostile node:http server written here. Each contract reply maps to one outcome or one
+ * error class with a stable code and the right `retryable`.
+ */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -20,12 +26,6 @@ import { useLocalProvisionerFixture } from '../support/fixtures.ts';
 import { createSandboxAt, deletesOf, rejectionOf } from '../support/probes.ts';
 import { eventually } from '../support/stack.ts';
 
-/**
- * The provisioner client against real HTTP servers: the local provisioner (real sandboxes, and
- * faults for the misbehaviours it can produce) and, for replies no honest provisioner sends, a
- * tiny hostile node:http server written here. Each contract reply maps to one outcome or one
- * error class with a stable code and the right `retryable`.
- */
 const fixture = useLocalProvisionerFixture({ tempPrefix: 'rc-provisioner-client-' });
 let client: ProvisionerClient;
 const hostileServers: HostileServer[] = [];

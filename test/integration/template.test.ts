@@ -1,3 +1,8 @@
+/**
+ * The deployable artifact, as CloudFormation and Lambda receive it: `npm run package` runs once,
+ * offline and without any AWS configuration, and every claim below reads the generated template
+ * or the zips. The expected names come from the contract, not from the generator.
+ */
 import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { isBuiltin } from 'node:module';
 import { tmpdir } from 'node:os';
@@ -14,7 +19,6 @@ import { PUBLISH_MARGIN_MS } from '../../functions/release/handler.ts';
 import { type ChildRun, runChild } from '../support/child-process.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 import {
-  type CfnResource,
   type CfnTemplate,
   PROJECT_ROOT,
   packageService,
@@ -23,18 +27,13 @@ import {
   referencedLogicalIds,
   resourcesOfType,
   runPackage,
-  substituteForInspection,
 } from '../support/packaged-template.ts';
+import { asList, TemplateQueries } from '../support/template-queries.ts';
 
-/**
- * The deployable artifact, as CloudFormation and Lambda receive it: `npm run package` runs once,
- * offline and without any AWS configuration, and every claim below reads the generated template
- * or the zips. The expected names come from the contract, not from the generator.
- */
 const STAGE = 'ci';
 const PREFIX = `${STAGE}-`;
 
-/** contract.md, section 2: base names, FIFO-ness, and the DLQ of each consumed queue. */
+/** docs/integration.md, section 2: base names, FIFO-ness, and the DLQ of each consumed queue. */
 const CONTRACT_QUEUES = {
   'run-finished': { fifo: false, dlq: 'run-finished-dlq' },
   'runtime-release.fifo': { fifo: true, dlq: 'runtime-release-dlq.fifo' },
@@ -62,7 +61,7 @@ type FunctionKey = keyof typeof EXPECTED_GRANTS;
 const FUNCTION_KEYS = Object.keys(EXPECTED_GRANTS) as FunctionKey[];
 
 /**
- * contract.md, section 4, as every function carries it. AWS_ENDPOINT_URL_SQS is deliberately left
+ * docs/integration.md, section 4, as every function carries it. AWS_ENDPOINT_URL_SQS is deliberately left
  * unset (unset = real SQS); DATABASE_URL is read from SSM at cold start and SANDBOX_PROVISIONER_URL
  * is the release function's alone (template-production.test.ts).
  */
@@ -91,6 +90,8 @@ const HANDLER_PATHS: Record<FunctionKey, string> = {
 
 let workDir: string;
 let template: CfnTemplate;
+/** The template's questions (template-queries.ts), asked of this run's template. */
+let cfn: TemplateQueries<FunctionKey>;
 let artifacts: Map<string, string>;
 let packageOutput: string;
 /** Function key → the directory its zip was unpacked into, laid out like Lambda's /var/task. */
@@ -102,6 +103,11 @@ beforeAll(async () => {
   await mkdir(home);
   const packaged = await packageService({ stage: STAGE, outputDir: join(workDir, 'package'), home });
   template = packaged.template;
+  cfn = new TemplateQueries(template, {
+    service: 'runtime-cleanup',
+    stage: STAGE,
+    functionKeys: FUNCTION_KEYS,
+  });
   artifacts = packaged.artifacts;
   packageOutput = packaged.output;
   for (const key of FUNCTION_KEYS) {
@@ -120,158 +126,6 @@ beforeAll(async () => {
 afterAll(async () => {
   if (workDir) await rm(workDir, { recursive: true, force: true });
 });
-
-// ---------------------------------------------------------------------------------------------
-// Reading the template
-
-function resource(logicalId: string): CfnResource {
-  const found = template.Resources[logicalId];
-  if (!found) throw new Error(`no resource ${logicalId} in the template`);
-  return found;
-}
-
-function props(logicalId: string): Record<string, unknown> {
-  return resource(logicalId).Properties ?? {};
-}
-
-/** The Lambda function resource of a function key (osls names it `<Key>LambdaFunction`). */
-function lambdaFunction(key: FunctionKey): { id: string; properties: Record<string, unknown> } {
-  const name = `runtime-cleanup-${STAGE}-${key}`;
-  const found = resourcesOfType(template, 'AWS::Lambda::Function').find(
-    ([, candidate]) => candidate.Properties?.FunctionName === name,
-  );
-  if (!found) throw new Error(`no Lambda function named ${name}`);
-  return { id: found[0], properties: found[1].Properties ?? {} };
-}
-
-function functionKeyOf(logicalId: string): FunctionKey {
-  const key = FUNCTION_KEYS.find((candidate) => lambdaFunction(candidate).id === logicalId);
-  if (!key) throw new Error(`${logicalId} is not one of the four functions`);
-  return key;
-}
-
-/** A queue resource's contract base name: its physical name without the stage prefix. */
-function queueBaseName(logicalId: string): string {
-  const name = String(props(logicalId).QueueName);
-  expect(name.startsWith(PREFIX), `${name} carries the stage prefix`).toBe(true);
-  return name.slice(PREFIX.length);
-}
-
-function queueLogicalIdByBaseName(baseName: string): string {
-  const found = resourcesOfType(template, 'AWS::SQS::Queue').find(
-    ([, queue]) => queue.Properties?.QueueName === `${PREFIX}${baseName}`,
-  );
-  if (!found) throw new Error(`no queue named ${PREFIX}${baseName}`);
-  return found[0];
-}
-
-interface Mapping {
-  functionKey: FunctionKey;
-  queue: string;
-  properties: Record<string, unknown>;
-}
-
-function eventSourceMappings(): Mapping[] {
-  return resourcesOfType(template, 'AWS::Lambda::EventSourceMapping').map(([, mapping]) => {
-    const properties = mapping.Properties ?? {};
-    return {
-      functionKey: functionKeyOf(referencedLogicalId(properties.FunctionName)!),
-      queue: queueBaseName(referencedLogicalId(properties.EventSourceArn)!),
-      properties,
-    };
-  });
-}
-
-interface Statement {
-  Effect: string;
-  Action: string | string[];
-  Resource: unknown;
-}
-
-function roleStatements(roleLogicalId: string): Statement[] {
-  const policies = (props(roleLogicalId).Policies ?? []) as Array<{
-    PolicyDocument: { Statement: Statement[] };
-  }>;
-  return policies.flatMap((policy) => policy.PolicyDocument.Statement);
-}
-
-const asList = <T>(value: T | T[]): T[] => (Array.isArray(value) ? value : [value]);
-
-/** Queue base names a function's role allows `action` on. */
-function queuesAllowed(key: FunctionKey, action: string): string[] {
-  const roleId = referencedLogicalId(lambdaFunction(key).properties.Role)!;
-  const queues = roleStatements(roleId)
-    .filter((statement) => statement.Effect === 'Allow' && asList(statement.Action).includes(action))
-    .flatMap((statement) => asList(statement.Resource))
-    .map((arn) => queueBaseName(referencedLogicalId(arn)!));
-  return [...new Set(queues)].sort();
-}
-
-function environmentOf(key: FunctionKey): Record<string, string> {
-  return ((lambdaFunction(key).properties.Environment as { Variables?: Record<string, string> })?.Variables ??
-    {}) as Record<string, string>;
-}
-
-function alarms(): Array<[string, Record<string, unknown>]> {
-  return resourcesOfType(template, 'AWS::CloudWatch::Alarm').map(([id, alarm]) => [
-    id,
-    alarm.Properties ?? {},
-  ]);
-}
-
-function alarmOnQueue(metric: string, queueBase: string): Record<string, unknown> | undefined {
-  return alarms().find(([, alarm]) => {
-    const dimension = (alarm.Dimensions as Array<{ Name: string; Value: unknown }> | undefined)?.[0];
-    return (
-      alarm.Namespace === 'AWS/SQS' &&
-      alarm.MetricName === metric &&
-      dimension?.Name === 'QueueName' &&
-      queueBaseName(referencedLogicalId(dimension.Value)!) === queueBase
-    );
-  })?.[1];
-}
-
-/** Custom metric names an alarm watches: a metric, or the metric inside a Metrics Insights query. */
-function customMetricsOfAlarm(alarm: Record<string, unknown>): string[] {
-  if (alarm.Namespace === METRICS_NAMESPACE) return [String(alarm.MetricName)];
-  const names: string[] = [];
-  for (const query of (alarm.Metrics ?? []) as Array<{ Expression?: string }>) {
-    const match = query.Expression?.match(/^SELECT \w+\((\w+)\) FROM "?([\w/]+)"?/);
-    if (match && match[2] === METRICS_NAMESPACE) names.push(match[1]!);
-  }
-  return names;
-}
-
-interface DashboardWidget {
-  type: string;
-  properties: { title?: string; metrics?: unknown[][]; alarms?: string[] };
-}
-
-function dashboardWidgets(): DashboardWidget[] {
-  const [[, dashboard] = []] = resourcesOfType(template, 'AWS::CloudWatch::Dashboard');
-  if (!dashboard) throw new Error('no dashboard');
-  return (
-    JSON.parse(substituteForInspection(dashboard.Properties?.DashboardBody)) as { widgets: DashboardWidget[] }
-  ).widgets;
-}
-
-/** Each custom metric graphed on the dashboard, with the dimension schema of its SEARCH. */
-function dashboardCustomMetrics(): Array<{ metric: string; schema: string[] }> {
-  const found: Array<{ metric: string; schema: string[] }> = [];
-  for (const widget of dashboardWidgets()) {
-    for (const line of widget.properties.metrics ?? []) {
-      const [first, second] = line;
-      if (first === METRICS_NAMESPACE) found.push({ metric: String(second), schema: [] });
-      const expression = (first as { expression?: string } | undefined)?.expression;
-      const match = expression?.match(/SEARCH\('\{([^}]+)\} MetricName="(\w+)"/);
-      if (match) {
-        const [namespace, ...schema] = match[1]!.split(',');
-        if (namespace === METRICS_NAMESPACE) found.push({ metric: match[2]!, schema });
-      }
-    }
-  }
-  return found;
-}
 
 // ---------------------------------------------------------------------------------------------
 
@@ -324,7 +178,7 @@ describe('npm run package', () => {
 describe('functions', () => {
   it('run on nodejs22.x with the timeouts of infra/queues.json', () => {
     for (const key of FUNCTION_KEYS) {
-      const { properties } = lambdaFunction(key);
+      const { properties } = cfn.lambdaFunction(key);
       expect(properties.Runtime, key).toBe('nodejs22.x');
       expect(properties.Timeout, key).toBe(FUNCTION_DEFINITIONS[key].timeoutSeconds);
       expect(properties.Handler, key).toBe(HANDLER_PATHS[key].replace(/\.mjs$/, '.handler'));
@@ -333,7 +187,7 @@ describe('functions', () => {
 
   it('carry every contract variable, the database URL as the name of its SSM parameter', () => {
     for (const key of FUNCTION_KEYS) {
-      const env = environmentOf(key);
+      const env = cfn.environmentOf(key);
       for (const name of CONTRACT_VARIABLES) expect(env[name], `${key} ${name}`).toBeTruthy();
       expect(env).not.toHaveProperty('DATABASE_URL');
       expect(env.DATABASE_URL_PARAMETER).toBe('/runtime-cleanup/ci/database-url');
@@ -353,34 +207,34 @@ describe('functions', () => {
 
 describe('timeout ladder', () => {
   it('gives release more time than SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS plus its publish margin', () => {
-    const cleanupTimeout = Number(environmentOf('release').SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS);
+    const cleanupTimeout = Number(cfn.environmentOf('release').SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS);
     expect(cleanupTimeout).toBe(155);
-    expect(lambdaFunction('release').properties.Timeout).toBeGreaterThanOrEqual(
+    expect(cfn.lambdaFunction('release').properties.Timeout).toBeGreaterThanOrEqual(
       cleanupTimeout + PUBLISH_MARGIN_MS / 1000,
     );
   });
 
   it('lets a database that never answers fail one record before each consumer’s deadline', () => {
-    for (const { functionKey } of eventSourceMappings()) {
-      const environment = environmentOf(functionKey);
+    for (const { functionKey } of cfn.eventSourceMappings()) {
+      const environment = cfn.environmentOf(functionKey);
       const boundSeconds =
         (Number(environment.DATABASE_CONNECT_TIMEOUT_MS) +
           Number(environment.DATABASE_QUERY_TIMEOUT_MS) +
           DATABASE_FAILURE_REPORT_MARGIN_MS) /
         1000;
       expect(boundSeconds, functionKey).toBeGreaterThan(DATABASE_FAILURE_REPORT_MARGIN_MS / 1000);
-      expect(Number(lambdaFunction(functionKey).properties.Timeout), functionKey).toBeGreaterThanOrEqual(
+      expect(Number(cfn.lambdaFunction(functionKey).properties.Timeout), functionKey).toBeGreaterThanOrEqual(
         boundSeconds,
       );
     }
   });
 
   it('keeps each consumed queue invisible for at least 6 times its consumer’s timeout', () => {
-    const mappings = eventSourceMappings();
+    const mappings = cfn.eventSourceMappings();
     expect(mappings).toHaveLength(3);
     for (const { functionKey, queue } of mappings) {
-      const visibility = Number(props(queueLogicalIdByBaseName(queue)).VisibilityTimeout);
-      const timeout = Number(lambdaFunction(functionKey).properties.Timeout);
+      const visibility = Number(cfn.props(cfn.queueLogicalIdByBaseName(queue)).VisibilityTimeout);
+      const timeout = Number(cfn.lambdaFunction(functionKey).properties.Timeout);
       expect(visibility, queue).toBeGreaterThanOrEqual(6 * timeout);
     }
   });
@@ -388,7 +242,9 @@ describe('timeout ladder', () => {
   it('dead-letters only after at least 5 receives', () => {
     for (const [base, { dlq }] of Object.entries(CONTRACT_QUEUES)) {
       if (!dlq) continue;
-      const redrive = props(queueLogicalIdByBaseName(base)).RedrivePolicy as { maxReceiveCount: number };
+      const redrive = cfn.props(cfn.queueLogicalIdByBaseName(base)).RedrivePolicy as {
+        maxReceiveCount: number;
+      };
       expect(redrive.maxReceiveCount, base).toBeGreaterThanOrEqual(5);
       expect(redrive.maxReceiveCount, base).toBe(
         QUEUE_DEFINITIONS[base as keyof typeof QUEUE_DEFINITIONS].maxReceiveCount,
@@ -399,7 +255,7 @@ describe('timeout ladder', () => {
 
 describe('event sources', () => {
   it('connect each function to its contract queue and report batch item failures', () => {
-    const mappings = eventSourceMappings().map(({ functionKey, queue, properties }) => ({
+    const mappings = cfn.eventSourceMappings().map(({ functionKey, queue, properties }) => ({
       functionKey,
       queue,
       responseTypes: properties.FunctionResponseTypes,
@@ -412,7 +268,7 @@ describe('event sources', () => {
   });
 
   it('take batch size, batching window and maximum concurrency from infra/queues.json', () => {
-    for (const { functionKey, queue, properties } of eventSourceMappings()) {
+    for (const { functionKey, queue, properties } of cfn.eventSourceMappings()) {
       const settings: {
         timeoutSeconds: number;
         batchSize?: number;
@@ -440,7 +296,7 @@ describe('event sources', () => {
     const rule = rules[0]![1].Properties!;
     expect(rule.ScheduleExpression).toBe('rate(1 minute)');
     const targets = rule.Targets as Array<{ Arn: unknown }>;
-    expect(targets.map((target) => functionKeyOf(referencedLogicalId(target.Arn)!))).toEqual(['sweeper']);
+    expect(targets.map((target) => cfn.functionKeyOf(referencedLogicalId(target.Arn)!))).toEqual(['sweeper']);
   });
 });
 
@@ -461,7 +317,7 @@ describe('queues', () => {
   it('are FIFO exactly where the contract says, with sender-chosen deduplication', () => {
     for (const [base, { fifo, dlq }] of Object.entries(CONTRACT_QUEUES)) {
       for (const name of dlq ? [base, dlq] : [base]) {
-        const queue = props(queueLogicalIdByBaseName(name));
+        const queue = cfn.props(cfn.queueLogicalIdByBaseName(name));
         expect(queue.FifoQueue ?? false, name).toBe(fifo);
         if (fifo) expect(queue.ContentBasedDeduplication, name).toBe(false);
       }
@@ -470,7 +326,7 @@ describe('queues', () => {
 
   it('redrive each consumed queue into its own contract-named DLQ, and take attributes from queues.json', () => {
     for (const [base, { dlq }] of Object.entries(CONTRACT_QUEUES)) {
-      const queue = props(queueLogicalIdByBaseName(base));
+      const queue = cfn.props(cfn.queueLogicalIdByBaseName(base));
       const definition = QUEUE_DEFINITIONS[base as keyof typeof QUEUE_DEFINITIONS];
       expect(queue.VisibilityTimeout, base).toBe(definition.visibilityTimeoutSeconds);
       expect(queue.MessageRetentionPeriod, base).toBe(definition.messageRetentionSeconds);
@@ -479,7 +335,7 @@ describe('queues', () => {
         expect(redrive, base).toBeUndefined();
         continue;
       }
-      expect(queueBaseName(referencedLogicalId(redrive?.deadLetterTargetArn)!), base).toBe(dlq);
+      expect(cfn.queueBaseName(referencedLogicalId(redrive?.deadLetterTargetArn)!), base).toBe(dlq);
     }
   });
 });
@@ -487,7 +343,7 @@ describe('queues', () => {
 describe('least privilege', () => {
   it('gives every function its own role and creates no shared service role', () => {
     const roles = resourcesOfType(template, 'AWS::IAM::Role').map(([id]) => id);
-    const used = FUNCTION_KEYS.map((key) => referencedLogicalId(lambdaFunction(key).properties.Role));
+    const used = FUNCTION_KEYS.map((key) => referencedLogicalId(cfn.lambdaFunction(key).properties.Role));
     expect(new Set(used).size).toBe(FUNCTION_KEYS.length);
     expect(roles.sort()).toEqual([...used].sort());
     expect(template.Resources).not.toHaveProperty('IamRoleLambdaExecution');
@@ -495,7 +351,7 @@ describe('least privilege', () => {
 
   it('allows no wildcard action and no wildcard resource in any statement', () => {
     for (const [roleId] of resourcesOfType(template, 'AWS::IAM::Role')) {
-      for (const statement of roleStatements(roleId)) {
+      for (const statement of cfn.roleStatements(roleId)) {
         for (const action of asList(statement.Action)) expect(action, roleId).not.toMatch(/\*/);
         for (const target of asList(statement.Resource)) {
           expect(typeof target, `${roleId}: resources are references, not strings`).toBe('object');
@@ -509,10 +365,10 @@ describe('least privilege', () => {
     for (const key of FUNCTION_KEYS) {
       const expected = EXPECTED_GRANTS[key];
       for (const action of ['sqs:ReceiveMessage', 'sqs:DeleteMessage', 'sqs:ChangeMessageVisibility']) {
-        expect(queuesAllowed(key, action), `${key} ${action}`).toEqual([...expected.consumes]);
+        expect(cfn.queuesAllowed(key, action), `${key} ${action}`).toEqual([...expected.consumes]);
       }
-      expect(queuesAllowed(key, 'sqs:SendMessage'), key).toEqual([...expected.sendsTo]);
-      expect(queuesAllowed(key, 'sqs:GetQueueUrl'), key).toEqual(
+      expect(cfn.queuesAllowed(key, 'sqs:SendMessage'), key).toEqual([...expected.sendsTo]);
+      expect(cfn.queuesAllowed(key, 'sqs:GetQueueUrl'), key).toEqual(
         [...new Set([...expected.consumes, ...expected.sendsTo])].sort(),
       );
     }
@@ -520,8 +376,8 @@ describe('least privilege', () => {
 
   it('grants nothing beyond SQS, writing its own log group and reading the database URL (metrics go out as EMF logs)', () => {
     for (const key of FUNCTION_KEYS) {
-      const { id, properties } = lambdaFunction(key);
-      const statements = roleStatements(referencedLogicalId(properties.Role)!);
+      const { id, properties } = cfn.lambdaFunction(key);
+      const statements = cfn.roleStatements(referencedLogicalId(properties.Role)!);
       const actions = new Set(statements.flatMap((statement) => asList(statement.Action)));
       expect([...actions].filter((action) => !action.startsWith('sqs:')).sort(), key).toEqual([
         'kms:Decrypt',
@@ -535,9 +391,9 @@ describe('least privilege', () => {
       const logGroups = logStatements.flatMap((statement) =>
         asList(statement.Resource).map(referencedLogicalId),
       );
-      const dependsOn = asList(resource(id).DependsOn ?? []);
+      const dependsOn = asList(cfn.resource(id).DependsOn ?? []);
       expect(logGroups).toHaveLength(1);
-      expect(resource(logGroups[0]!).Type).toBe('AWS::Logs::LogGroup');
+      expect(cfn.resource(logGroups[0]!).Type).toBe('AWS::Logs::LogGroup');
       expect(dependsOn, key).toContain(logGroups[0]);
     }
   });
@@ -547,30 +403,30 @@ describe('alarms', () => {
   it('page on any message in any dead-letter queue', () => {
     for (const { dlq } of Object.values(CONTRACT_QUEUES)) {
       if (!dlq) continue;
-      const alarm = alarmOnQueue('ApproximateNumberOfMessagesVisible', dlq);
+      const alarm = cfn.alarmOnQueue('ApproximateNumberOfMessagesVisible', dlq);
       expect(alarm, dlq).toMatchObject({ Threshold: 0, ComparisonOperator: 'GreaterThanThreshold' });
     }
   });
 
   it('watch the oldest pending fence, the release failures and the age of the oldest release command', () => {
-    const watched = alarms().flatMap(([, alarm]) => customMetricsOfAlarm(alarm));
+    const watched = cfn.alarms().flatMap(([, alarm]) => cfn.customMetricsOfAlarm(alarm));
     expect(watched).toContain(MetricName.OLDEST_FENCE_AGE);
     expect(watched).toContain(MetricName.RELEASE_FAILED);
-    expect(alarmOnQueue('ApproximateAgeOfOldestMessage', 'runtime-release.fifo')).toBeDefined();
+    expect(cfn.alarmOnQueue('ApproximateAgeOfOldestMessage', 'runtime-release.fifo')).toBeDefined();
   });
 
   it('refer only to metric names of metric-names.ts', () => {
     const known = new Set<string>(Object.values(MetricName));
-    for (const [id, alarm] of alarms()) {
-      for (const metric of customMetricsOfAlarm(alarm))
+    for (const [id, alarm] of cfn.alarms()) {
+      for (const metric of cfn.customMetricsOfAlarm(alarm))
         expect(known.has(metric), `${id}: ${metric}`).toBe(true);
     }
   });
 
   it('say what they mean and what to do, and notify the alarm topic', () => {
     const topics = resourcesOfType(template, 'AWS::SNS::Topic').map(([id]) => id);
-    expect(alarms().length).toBeGreaterThanOrEqual(6);
-    for (const [id, alarm] of alarms()) {
+    expect(cfn.alarms().length).toBeGreaterThanOrEqual(6);
+    for (const [id, alarm] of cfn.alarms()) {
       const description = String(alarm.AlarmDescription ?? '');
       expect(description, id).toMatch(/^Means: \S.{20,} Do: \S.{20,}$/s);
       expect(description.length, id).toBeLessThanOrEqual(1024);
@@ -582,22 +438,24 @@ describe('alarms', () => {
 
 describe('dashboard', () => {
   it('graphs every metric of metric-names.ts and no other custom metric', () => {
-    const graphed = new Set(dashboardCustomMetrics().map(({ metric }) => metric));
+    const graphed = new Set(cfn.dashboardCustomMetrics().map(({ metric }) => metric));
     expect([...graphed].sort()).toEqual(Object.values(MetricName).sort());
   });
 
   it('shows the depth of every queue and dead-letter queue, and every alarm', () => {
-    const depth = dashboardWidgets()
+    const depth = cfn
+      .dashboardWidgets()
       .flatMap((widget) => widget.properties.metrics ?? [])
       .filter((line) => line[0] === 'AWS/SQS' && line[1] === 'ApproximateNumberOfMessagesVisible')
-      .map((line) => queueBaseName(String(line[3]).replace(/^<(\w+)\.QueueName>$/, '$1')));
+      .map((line) => cfn.queueBaseName(String(line[3]).replace(/^<(\w+)\.QueueName>$/, '$1')));
     const expected = Object.entries(CONTRACT_QUEUES).flatMap(([base, { dlq }]) =>
       dlq ? [base, dlq] : [base],
     );
     expect(depth.sort()).toEqual(expected.sort());
-    const alarmWidget = dashboardWidgets().find((widget) => widget.type === 'alarm');
+    const alarmWidget = cfn.dashboardWidgets().find((widget) => widget.type === 'alarm');
     expect(alarmWidget?.properties.alarms?.map((arn) => arn.replace(/^<(\w+)\.Arn>$/, '$1')).sort()).toEqual(
-      alarms()
+      cfn
+        .alarms()
         .map(([id]) => id)
         .sort(),
     );
@@ -625,7 +483,7 @@ function runNode(script: string, options: { cwd: string; env: Record<string, str
  * of the SSM parameter (read from SSM in template-production.test.ts) and a provisioner URL.
  */
 function lambdaEnvironment(key: FunctionKey, overrides: Record<string, string>): Record<string, string> {
-  const { DATABASE_URL_PARAMETER: _readFromSsmElsewhere, ...deployed } = environmentOf(key);
+  const { DATABASE_URL_PARAMETER: _readFromSsmElsewhere, ...deployed } = cfn.environmentOf(key);
   return {
     PATH: process.env.PATH ?? '',
     AWS_REGION: 'us-east-1',
@@ -761,13 +619,15 @@ describe('the sweeper bundle against a real database', () => {
     expect(directive!.Namespace).toBe(METRICS_NAMESPACE);
     const emitted = Object.fromEntries(directive!.Dimensions[0]!.map((name) => [name, emf![name]]));
 
-    const alarm = alarms().find(([, candidate]) => candidate.MetricName === MetricName.OLDEST_FENCE_AGE)?.[1];
+    const alarm = cfn
+      .alarms()
+      .find(([, candidate]) => candidate.MetricName === MetricName.OLDEST_FENCE_AGE)?.[1];
     const dimensions = (alarm?.Dimensions ?? []) as Array<{ Name: string; Value: string }>;
     const watched = Object.fromEntries(dimensions.map(({ Name, Value }) => [Name, Value]));
     expect(watched).toEqual(emitted);
     expect(emitted).toMatchObject({ stage: STAGE, function: 'sweeper' });
 
-    const graphed = dashboardCustomMetrics().find(({ metric }) => metric === MetricName.OLDEST_FENCE_AGE);
+    const graphed = cfn.dashboardCustomMetrics().find(({ metric }) => metric === MetricName.OLDEST_FENCE_AGE);
     expect(graphed?.schema.sort()).toEqual(Object.keys(emitted).sort());
   });
 });

@@ -1,3 +1,8 @@
+/**
+ * Runs a command to its end with stdin closed and collects what it printed. With `timeoutMs` a
+ * child that hangs is killed (SIGKILL), so the test fails on its output instead of at the test
+ * runner's timeout with nothing to show.
+ */
 import { spawn } from 'node:child_process';
 
 export interface ChildRun {
@@ -6,11 +11,6 @@ export interface ChildRun {
   stderr: string;
 }
 
-/**
- * Runs a command to its end with stdin closed and collects what it printed. With `timeoutMs` a
- * child that hangs is killed (SIGKILL), so the test fails on its output instead of at the test
- * runner's timeout with nothing to show.
- */
 export function runChild(
   command: string,
   args: string[],

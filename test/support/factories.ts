@@ -1,10 +1,10 @@
-import { randomUUID } from 'node:crypto';
-import type { Executor } from '../../functions/adapters/database.ts';
-
 /**
  * Record factories: rows written the way the platform writes them, with only the contract's
  * columns (the protocol's own bookkeeping columns are filled in by the database).
  */
+import { randomUUID } from 'node:crypto';
+import type { Executor } from '../../functions/adapters/database.ts';
+
 export interface Scenario {
   uid: string;
   runtimeScopeId: string;

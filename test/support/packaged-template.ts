@@ -1,13 +1,12 @@
-import { readdir, readFile } from 'node:fs/promises';
-import { join } from 'node:path';
-import { inflateRawSync } from 'node:zlib';
-import { runChild } from './child-process.ts';
-
 /**
  * Runs the real `npm run package` (osls + serverless-esbuild) and reads what it wrote: the
  * CloudFormation template and the function zips. Tests assert on the generated artifact, not on
  * serverless.yml, because the artifact is what CloudFormation and Lambda receive.
  */
+import { readdir, readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { inflateRawSync } from 'node:zlib';
+import { runChild } from './child-process.ts';
 
 export const PROJECT_ROOT = new URL('../..', import.meta.url).pathname;
 

@@ -1,3 +1,9 @@
+/**
+ * Probes for the acceptance tests of the cleanup protocol: hold a phase's transaction open on
+ * purpose, look at its locks from another connection, and build runs whose sandbox really exists
+ * at the local provisioner (a process and a directory), so a claim about "the delete" is a claim
+ * about a real delete.
+ */
 import { access } from 'node:fs/promises';
 import { expect } from 'vitest';
 import { type Database, type Executor, SQLSTATE } from '../../functions/adapters/database.ts';
@@ -10,13 +16,6 @@ import {
 } from '../../functions/cleanup/types.ts';
 import type { AuditEntry, LocalProvisioner } from '../../infra/local/provisioner/server.ts';
 import { finishedRootRun, type Scenario, upsertSandbox } from './factories.ts';
-
-/**
- * Probes for the acceptance tests of the cleanup protocol: hold a phase's transaction open on
- * purpose, look at its locks from another connection, and build runs whose sandbox really exists
- * at the local provisioner (a process and a directory), so a claim about "the delete" is a claim
- * about a real delete.
- */
 
 // --- Holding a phase's transaction open -------------------------------------------------------
 

@@ -1,11 +1,11 @@
-import { randomUUID } from 'node:crypto';
-import type { SQSRecord } from 'aws-lambda';
-
 /**
  * An SQS record as Lambda's event source mapping hands it to a handler, built by hand so that a
  * test can put in one batch what the emulator would never deliver together (two records of one
  * FIFO group, a chosen mix of bodies). Received once, unless `attributes` says otherwise.
  */
+import { randomUUID } from 'node:crypto';
+import type { SQSRecord } from 'aws-lambda';
+
 export function sqsRecord(
   body: string,
   options: { queue?: string; attributes?: Partial<SQSRecord['attributes']> } = {},

@@ -1,3 +1,8 @@
+/**
+ * A whole local stack per test file, on its own ports (SQS emulator and provisioner on port 0),
+ * against the file's own database. Retry delays and visibility timeouts are shortened so that
+ * failure paths play out in seconds; their shape is the deployed one.
+ */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,11 +17,6 @@ import { PlatformSimulator } from '../../infra/local/platform.ts';
 import { type Stack, type StackOptions, startStack } from '../../infra/local/stack.ts';
 import type { TestDatabase } from './database.ts';
 
-/**
- * A whole local stack per test file, on its own ports (SQS emulator and provisioner on port 0),
- * against the file's own database. Retry delays and visibility timeouts are shortened so that
- * failure paths play out in seconds; their shape is the deployed one.
- */
 export interface TestStack extends Stack {
   platform: PlatformSimulator;
   dataDir: string;

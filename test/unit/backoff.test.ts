@@ -1,11 +1,11 @@
-import fc from 'fast-check';
-import { describe, expect, it } from 'vitest';
-import { backoffSeconds } from '../../functions/adapters/backoff.ts';
-
 /**
  * Exponential backoff with equal jitter: attempt n waits between half and all of
  * min(max, base·2^(n-1)) seconds, never less than 1 s.
  */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { backoffSeconds } from '../../functions/adapters/backoff.ts';
+
 const contractDefaults = { baseSeconds: 10, maxSeconds: 900 };
 const lowest = () => 0;
 const highest = () => 1 - Number.EPSILON;

@@ -1,3 +1,7 @@
+/**
+ * Configuration (docs/integration.md §4): every variable's default, and for every rule a bad value that
+ * stops the process with ONE line naming the variable, its value and the rule.
+ */
 import { describe, expect, it } from 'vitest';
 import {
   DATABASE_FAILURE_REPORT_MARGIN_MS,
@@ -10,10 +14,6 @@ import {
 import { ConfigError, InfrastructureErrorCode } from '../../functions/adapters/errors.ts';
 import { FUNCTION_DEFINITIONS, QUEUE_DEFINITIONS } from '../../functions/adapters/queues.ts';
 
-/**
- * Configuration (contract §4): every variable's default, and for every rule a bad value that
- * stops the process with ONE line naming the variable, its value and the rule.
- */
 const POSITIVE_INTEGER_VARIABLES = [
   'SANDBOX_PROVIDER_RELEASE_LOCK_TIMEOUT_SECONDS',
   'SANDBOX_PROVISIONER_DELETE_TIMEOUT_SECONDS',
@@ -50,7 +50,7 @@ function configErrorOf(env: Record<string, string>): ConfigError {
   throw new Error(`expected ${JSON.stringify(env)} to be refused`);
 }
 
-describe('defaults (contract §4)', () => {
+describe('defaults (docs/integration.md §4)', () => {
   it('uses the contract default of every variable when none is set', () => {
     expect(loadConfig({})).toMatchObject({
       databaseUrl: undefined,

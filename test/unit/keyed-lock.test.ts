@@ -1,12 +1,12 @@
-import { describe, expect, it, vi } from 'vitest';
-import { KeyedLock } from '../../functions/cleanup/keyed-lock.ts';
-import { rejectionOf } from '../support/probes.ts';
-
 /**
  * The provider's release lock: one holder per key, waiters served first come first served, and a
  * waiter that times out or is aborted leaves the queue for good (it must never be handed the lock
  * later, or the key would stay held by nobody).
  */
+import { describe, expect, it, vi } from 'vitest';
+import { KeyedLock } from '../../functions/cleanup/keyed-lock.ts';
+import { rejectionOf } from '../support/probes.ts';
+
 class TimedOut extends Error {}
 
 const wait = (extra: { timeoutMs?: number; signal?: AbortSignal } = {}) => ({

@@ -1,3 +1,8 @@
+/**
+ * Queue bodies are untrusted. Whatever arrives either parses into the schema's type or fails
+ * with a non-retryable InvalidMessageError whose reason says what is wrong in a bounded, short
+ * text that never repeats the body (it ends up in dead-letter attributes and logs).
+ */
 import { describe, expect, it } from 'vitest';
 import {
   FinalizeCommand,
@@ -8,11 +13,6 @@ import {
 } from '../../functions/adapters/messages.ts';
 import { ErrorCode, InvalidMessageError } from '../../functions/cleanup/errors.ts';
 
-/**
- * Queue bodies are untrusted. Whatever arrives either parses into the schema's type or fails
- * with a non-retryable InvalidMessageError whose reason says what is wrong in a bounded, short
- * text that never repeats the body (it ends up in dead-letter attributes and logs).
- */
 function invalid(schema: Parameters<typeof parseMessage>[0], body: string): InvalidMessageError {
   try {
     parseMessage(schema, body);

@@ -1,6 +1,3 @@
-import { once } from 'node:events';
-import { createWriteStream, type WriteStream } from 'node:fs';
-
 /**
  * Takes over the process's stdout and stderr while the demo runs. The functions print their
  * structured JSON log lines and EMF metric lines there (as they do in Lambda, where CloudWatch
@@ -12,6 +9,9 @@ import { createWriteStream, type WriteStream } from 'node:fs';
  * `process.stderr`; `Console` looks up `stream.write` on every call, so replacing the method
  * on the stream objects catches them (and the warnings Logger sends to stderr).
  */
+import { once } from 'node:events';
+import { createWriteStream, type WriteStream } from 'node:fs';
+
 export interface CapturedLine {
   readonly stream: 'stdout' | 'stderr';
   readonly text: string;

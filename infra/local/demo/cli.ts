@@ -1,11 +1,3 @@
-import { ConfigError } from '../../../functions/adapters/errors.ts';
-import { redactSecrets } from '../../../functions/adapters/redact.ts';
-import { runDemo } from './demo.ts';
-import { PlatformMessage } from './lines.ts';
-import { HELP_TEXT, parseCommandLine } from './options.ts';
-import { platformLog } from './platform-log.ts';
-import { ExitCode } from './summary.ts';
-
 /**
  * `npm start [-- options]`: see HELP_TEXT (`npm start -- --help`). Ctrl-C stops the demo in order
  * and exits 130 once nothing it started is left running; a second Ctrl-C exits at once.
@@ -14,6 +6,16 @@ import { ExitCode } from './summary.ts';
  * sandbox processes and embedded PostgreSQL, which start to exit on their own. The orderly stop
  * copes with that (see onUncaught and database.ts).
  */
+
+import { ConfigError } from '../../../functions/adapters/errors.ts';
+import { redactSecrets } from '../../../functions/adapters/redact.ts';
+import { startupFailureText } from '../errors.ts';
+import { runDemo } from './demo.ts';
+import { PlatformMessage } from './lines.ts';
+import { HELP_TEXT, parseCommandLine } from './options.ts';
+import { platformLog } from './platform-log.ts';
+import { ExitCode } from './summary.ts';
+
 async function main(): Promise<number> {
   const parsed = parseCommandLine(process.argv.slice(2));
   if (parsed.kind === 'help') {
@@ -60,8 +62,7 @@ main().then(
       process.stderr.write(`npm start: ${error.message}\n`);
       process.exit(ExitCode.USAGE);
     }
-    const message = error instanceof Error ? (error.stack ?? error.message) : String(error);
-    process.stderr.write(`npm start failed: ${redactSecrets(message)}\n`);
+    process.stderr.write(`npm start failed: ${redactSecrets(startupFailureText(error))}\n`);
     process.exit(ExitCode.NOT_CONVERGED);
   },
 );

@@ -1,13 +1,14 @@
-import { join } from 'node:path';
-import { type Database, openDatabase } from '../../../functions/adapters/database.ts';
-import { PostgresInUseError, startEmbeddedPostgres } from '../embedded-postgres.ts';
-
 /**
  * The demo's embedded default for PostgreSQL: the cluster lives in `<dataDir>/postgres` and is
  * kept between runs (initdb takes seconds; a start well under one), and each demo gets a fresh
  * database in it, dropped at the end. So no run ever meets the rows or fences of an earlier
  * one, even after a crash, and the cluster never grows.
  */
+import { join } from 'node:path';
+import { type Database, openDatabase } from '../../../functions/adapters/database.ts';
+import { startEmbeddedPostgres } from '../embedded-postgres.ts';
+import { PostgresInUseError } from '../errors.ts';
+
 export interface DemoDatabase {
   url: string;
   /** Where the data lives, for the header. */
@@ -70,7 +71,9 @@ export async function startDemoDatabase(options: {
   let stopped: Promise<void> | undefined;
   return {
     url: url.toString(),
-    description: `embedded PostgreSQL in ${clusterDir}, database ${options.name}`,
+    description: cluster.relocatedFrom
+      ? `embedded PostgreSQL in ${cluster.dataDir} (as root, out of ${clusterDir}, which the postgres user cannot enter), database ${options.name}`
+      : `embedded PostgreSQL in ${clusterDir}, database ${options.name}`,
     postmasterPid: postmaster,
     stop() {
       stopped ??= (async () => {

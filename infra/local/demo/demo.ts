@@ -1,3 +1,9 @@
+/**
+ * `npm start`: the local stack on embedded defaults plus the demo workload, with progress, a
+ * summary, a log of every line and an SVG timeline. Returns the summary; the caller exits with
+ * `summary.exitCode`. Aborting `signal` (Ctrl-C) stops the workload and tears everything down in
+ * order — workload, functions, sandboxes, database — before it returns.
+ */
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
@@ -11,6 +17,7 @@ import { PlatformSimulator } from '../platform.ts';
 import { seededRandom } from '../provisioner/faults.ts';
 import { isProcessAlive } from '../provisioner/server.ts';
 import { type Stack, startStack } from '../stack.ts';
+import { describeStartFailure } from '../start-failure.ts';
 import { OutputCapture } from './capture.ts';
 import { type DemoDatabase, startDemoDatabase } from './database.ts';
 import { createDisplay, type ProgressDisplay } from './display.ts';
@@ -31,12 +38,6 @@ import {
 } from './verify.ts';
 import { Workload } from './workload.ts';
 
-/**
- * `npm start`: the local stack on embedded defaults plus the demo workload, with progress, a
- * summary, a log of every line and an SVG timeline. Returns the summary; the caller exits with
- * `summary.exitCode`. Aborting `signal` (Ctrl-C) stops the workload and tears everything down in
- * order — workload, functions, sandboxes, database — before it returns.
- */
 export interface DemoControl {
   /**
    * Aborted on Ctrl-C (any reason that is not an Error: the demo was interrupted) or on an
@@ -413,8 +414,7 @@ function describeStack(stack: Stack, postgres: string, config: CleanupConfig, da
 }
 
 function describeFailure(error: unknown): string {
-  const message = error instanceof Error ? error.message : String(error);
-  return redactSecrets(message);
+  return describeStartFailure(error, process.env);
 }
 
 function throwIfAborted(signal: AbortSignal): void {

@@ -1,10 +1,10 @@
-import type { ProgressSnapshot } from './model.ts';
-
 /**
  * The live progress display. On a terminal: a block of lines redrawn about ten times a second
  * (ANSI: cursor up, clear line), with notable events printed above it. Elsewhere (a pipe, a CI
  * log, a test): one plain line per second when something changed, and one line per notable event.
  */
+import type { ProgressSnapshot } from './model.ts';
+
 export interface ProgressDisplay {
   start(): void;
   /** A line worth keeping in the scrollback (a dead letter, a phase change); ignored once stopped. */

@@ -1,8 +1,3 @@
-import { setTimeout as sleep } from 'node:timers/promises';
-import type { PlatformSimulator } from '../platform.ts';
-import { PlatformMessage } from './lines.ts';
-import type { PlatformLog } from './platform-log.ts';
-
 /**
  * The platform's workers, each renewing the leases of the runs it holds, one round every
  * ROUND_INTERVAL_MS. This is the measurement the project exists for: in the original design a
@@ -10,6 +5,11 @@ import type { PlatformLog } from './platform-log.ts';
  * and the lease reconciler's round queued behind it. Each round is logged with its longest
  * renewal, so the demo can show that renewals stay short while deletes hang.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { PlatformSimulator } from '../platform.ts';
+import { PlatformMessage } from './lines.ts';
+import type { PlatformLog } from './platform-log.ts';
+
 export const ROUND_INTERVAL_MS = 100;
 
 interface Worker {

@@ -1,3 +1,10 @@
+/**
+ * What the demo knows, folded from the captured lines alone: the platform's lines say which runs
+ * exist and when they finished, the functions' log lines follow each run through the three
+ * phases (they carry `runId`), and their EMF lines carry the metrics an operator would chart.
+ * The progress display and the summary read this model; the database and the provisioner are
+ * consulted only to cross-check the end state (verify.ts).
+ */
 import { ascending, nearestRank } from '../nearest-rank.ts';
 import {
   FunctionMessage,
@@ -8,14 +15,6 @@ import {
   PlatformMessage,
   text,
 } from './lines.ts';
-
-/**
- * What the demo knows, folded from the captured lines alone: the platform's lines say which runs
- * exist and when they finished, the functions' log lines follow each run through the three
- * phases (they carry `runId`), and their EMF lines carry the metrics an operator would chart.
- * The progress display and the summary read this model; the database and the provisioner are
- * consulted only to cross-check the end state (verify.ts).
- */
 
 /** Error codes of an attempt that ended because the delete hung until a timeout aborted it. */
 export const HUNG_ERROR_CODES: ReadonlySet<string> = new Set([

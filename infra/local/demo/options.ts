@@ -1,10 +1,10 @@
-import { parseArgs } from 'node:util';
-import { type FaultProfile, faultProfileSchema } from '../provisioner/faults.ts';
-
 /**
  * The command line of `npm start`, parsed and validated once. Every problem is reported as one
  * line naming the option, the value given and the rule, like the configuration's own errors.
  */
+import { parseArgs } from 'node:util';
+import { type FaultProfile, faultProfileSchema } from '../provisioner/faults.ts';
+
 export interface DemoOptions {
   /** Root runs to start in total. */
   runs: number;

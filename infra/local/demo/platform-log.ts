@@ -1,10 +1,10 @@
-import { PLATFORM_SOURCE, type PlatformMessage } from './lines.ts';
-
 /**
  * The demo platform's structured log: one JSON line per event on stdout, shaped like the
  * functions' lines (level, message, timestamp, service, function), so the demo reads what the
  * platform did from the same stream, and the log file tells the whole story in one place.
  */
+import { PLATFORM_SOURCE, type PlatformMessage } from './lines.ts';
+
 export type PlatformLog = (
   message: (typeof PlatformMessage)[keyof typeof PlatformMessage],
   fields?: Record<string, unknown>,

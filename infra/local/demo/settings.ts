@@ -1,5 +1,3 @@
-import type { CleanupConfig } from '../../../functions/adapters/config.ts';
-
 /**
  * The demo's defaults for the timeouts and retry delays. The deployed defaults (a 120 s delete
  * timeout, 10 s first retry, a sweep after 10 minutes) would make a demo of hung deletes last
@@ -7,6 +5,8 @@ import type { CleanupConfig } from '../../../functions/adapters/config.ts';
  * max) at a scale where a hung delete ends after 2 s and its retry follows a second later.
  * A variable set in the environment always wins.
  */
+import type { CleanupConfig } from '../../../functions/adapters/config.ts';
+
 export const DEMO_ENV_DEFAULTS = {
   SANDBOX_PROVIDER_RELEASE_LOCK_TIMEOUT_SECONDS: '1',
   SANDBOX_PROVISIONER_DELETE_TIMEOUT_SECONDS: '2',

@@ -1,13 +1,13 @@
-import { MetricName } from '../../../functions/adapters/metric-names.ts';
-import { type DemoModel, hungWindows, longestLeaseWaitWhileHung, quantile } from './model.ts';
-import type { GroundTruth } from './verify.ts';
-
 /**
  * The demo's verdict. Figures come from the captured lines (the model): counts and latencies from
  * the functions' log and EMF lines, lease renewals from the platform's lines. The pass/fail
  * checks come from the ground truth (database, provisioner, process table, file system, DLQs),
  * which the exit code follows.
  */
+import { MetricName } from '../../../functions/adapters/metric-names.ts';
+import { type DemoModel, hungWindows, longestLeaseWaitWhileHung, quantile } from './model.ts';
+import type { GroundTruth } from './verify.ts';
+
 export const DemoOutcome = {
   CONVERGED: 'converged',
   NOT_CONVERGED: 'not_converged',

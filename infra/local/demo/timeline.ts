@@ -1,5 +1,3 @@
-import { type CleanupRecord, HUNG_ERROR_CODES } from './model.ts';
-
 /**
  * The SVG timeline of a sample of cleanups: one row per run, time in seconds since the demo
  * started. Each row runs from the fence being set to the fence being cleared:
@@ -13,6 +11,8 @@ import { type CleanupRecord, HUNG_ERROR_CODES } from './model.ts';
  *
  * Hand-written SVG, no dependency; every text is escaped.
  */
+import { type CleanupRecord, HUNG_ERROR_CODES } from './model.ts';
+
 export interface TimelineOptions {
   /** Epoch ms that is 0 s on the axis. */
   origin: number;

@@ -1,3 +1,7 @@
+/**
+ * The ground truth behind the exit code: what the database, the provisioner, the process table,
+ * the file system and the dead-letter queues say, independently of any log line.
+ */
 import { existsSync } from 'node:fs';
 import { readdir } from 'node:fs/promises';
 import { GetQueueAttributesCommand, type SQSClient } from '@aws-sdk/client-sqs';
@@ -10,11 +14,6 @@ import {
 import { isProcessAlive, type LocalProvisioner } from '../provisioner/server.ts';
 import type { CreatedQueue } from '../queue-setup.ts';
 import type { SandboxRecord } from './workload.ts';
-
-/**
- * The ground truth behind the exit code: what the database, the provisioner, the process table,
- * the file system and the dead-letter queues say, independently of any log line.
- */
 
 /** Root runs of the demo's users that still carry the fence, oldest first. */
 const PENDING_FENCES = `
@@ -105,7 +104,7 @@ async function liveSandboxesOf(sources: GroundTruthSources): Promise<string[]> {
       .filter((sandbox) => ids.has(sandbox.id))
       .map((sandbox) => sandbox.id);
   }
-  // An external provisioner: ask it about each sandbox (contract §3, GET answers 404 once gone).
+  // An external provisioner: ask it about each sandbox (docs/integration.md §3: GET answers 404 once gone).
   const live: string[] = [];
   for (const id of ids) {
     const response = await fetch(new URL(`/api/sandboxes/${encodeURIComponent(id)}`, sources.provisionerUrl));

@@ -1,11 +1,3 @@
-import { monitorEventLoopDelay } from 'node:perf_hooks';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { TERMINAL_RUN_STATUSES } from '../../../functions/cleanup/types.ts';
-import type { AdmittedRun, PlatformSimulator, ScopeRef } from '../platform.ts';
-import { LeaseWorkers } from './leases.ts';
-import { PlatformMessage } from './lines.ts';
-import type { PlatformLog } from './platform-log.ts';
-
 /**
  * The demo workload: what the agent platform does, through `PlatformSimulator`, which does it
  * the platform's way. Conversations (each with its Workdir and runtime scope) run one root run
@@ -14,6 +6,14 @@ import type { PlatformLog } from './platform-log.ts';
  * held and renewed by a worker, and ends in one of the terminal statuses, which sets the fence
  * and announces `run-finished`. The next run of the conversation then waits for the cleanup.
  */
+import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { TERMINAL_RUN_STATUSES } from '../../../functions/cleanup/types.ts';
+import type { AdmittedRun, PlatformSimulator, ScopeRef } from '../platform.ts';
+import { LeaseWorkers } from './leases.ts';
+import { PlatformMessage } from './lines.ts';
+import type { PlatformLog } from './platform-log.ts';
+
 export type TerminalStatus = (typeof TERMINAL_RUN_STATUSES)[number];
 
 export interface RunPlan {

@@ -1,3 +1,17 @@
+/**
+ * `check-config`: validates the configuration exactly as the functions do at cold start
+ * (loadConfig, already run when the context was built: a bad value never gets here) and then the
+ * timeout ladder that keeps a release from outliving what waits for it:
+ *
+ *   lock wait + delete timeout < cleanup timeout < release function timeout
+ *   queue visibility timeout ≥ 6 × its consumer's function timeout (AWS's guidance for Lambda
+ *   event sources: otherwise a message in a slow, retried invocation is delivered twice)
+ *
+ * and the connection budget: every function's concurrency × database pool size, summed, must stay
+ * within DATABASE_MAX_CONNECTIONS (the same rule `npm run package` refuses to break).
+ *
+ * A broken rung or budget ends with the same one-line ConfigError and exit code 2.
+ */
 import {
   type CleanupConfig,
   type CONFIG_DEFAULTS,
@@ -16,20 +30,6 @@ import type { Command } from '../command.ts';
 import { DEFAULT_DATABASE_URL, type Env } from '../context.ts';
 import { renderTable } from '../format.ts';
 
-/**
- * `check-config`: validates the configuration exactly as the functions do at cold start
- * (loadConfig, already run when the context was built: a bad value never gets here) and then the
- * timeout ladder that keeps a release from outliving what waits for it:
- *
- *   lock wait + delete timeout < cleanup timeout < release function timeout
- *   queue visibility timeout ≥ 6 × its consumer's function timeout (AWS's guidance for Lambda
- *   event sources: otherwise a message in a slow, retried invocation is delivered twice)
- *
- * and the connection budget: every function's concurrency × database pool size, summed, must stay
- * within DATABASE_MAX_CONNECTIONS (the same rule `npm run package` refuses to break).
- *
- * A broken rung or budget ends with the same one-line ConfigError and exit code 2.
- */
 const VISIBILITY_FACTOR = 6;
 
 export interface LadderCheck {

@@ -1,3 +1,9 @@
+/**
+ * `dlq`: per consumed queue, how many dead letters wait in its DLQ and why, grouped by error code
+ * and reason. The count is GetQueueAttributes' visible plus in-flight messages, taken before our
+ * own peek: a letter someone is peeking or redriving at this instant is in flight, yet still in
+ * the DLQ (fauxqs even keeps a VisibilityTimeout-0 receive in flight until the next receive).
+ */
 import { deadLetterQueueName, type QueueName } from '../../../functions/adapters/queues.ts';
 import type { Command } from '../command.ts';
 import {
@@ -9,12 +15,6 @@ import {
 } from '../dead-letters.ts';
 import { orDash, renderTable } from '../format.ts';
 
-/**
- * `dlq`: per consumed queue, how many dead letters wait in its DLQ and why, grouped by error code
- * and reason. The count is GetQueueAttributes' visible plus in-flight messages, taken before our
- * own peek: a letter someone is peeking or redriving at this instant is in flight, yet still in
- * the DLQ (fauxqs even keeps a VisibilityTimeout-0 receive in flight until the next receive).
- */
 export interface DeadLetterQueueReport {
   queue: QueueName;
   deadLetterQueue: string;

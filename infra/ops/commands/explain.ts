@@ -1,15 +1,14 @@
+/**
+ * `explain <runId>`: everything known about one run's cleanup, from the database (the run, its
+ * scope's activity and sandbox, whether the scope is blocked, forced clears) and from the
+ * dead-letter queues (peeked, never consumed), with a short diagnosis of what to do next.
+ */
 import type { Command } from '../command.ts';
 import { diagnose } from '../diagnosis.ts';
 import { describeFailure } from '../failure.ts';
 import { renderForcedClears } from '../forced-clears.ts';
 import { formatAge, orDash, renderTable } from '../format.ts';
 import { type RunFacts, type RunSummary, readDeadLettersOf, readRunFacts } from '../run-facts.ts';
-
-/**
- * `explain <runId>`: everything known about one run's cleanup, from the database (the run, its
- * scope's activity and sandbox, whether the scope is blocked, forced clears) and from the
- * dead-letter queues (peeked, never consumed), with a short diagnosis of what to do next.
- */
 
 export interface Explanation extends RunFacts {
   diagnosis: string[];

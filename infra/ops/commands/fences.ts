@@ -1,8 +1,3 @@
-import type { Executor } from '../../../functions/adapters/database.ts';
-import { type Command, type CommandInput, limitOption } from '../command.ts';
-import { listForcedClears, renderForcedClears } from '../forced-clears.ts';
-import { formatAge, isoTime, orDash, plural, renderTable } from '../format.ts';
-
 /**
  * `fences`: the pending fences, oldest first, with the scope's live sandbox generation;
  * `fences --history`: the forced clears, newest first. Only root runs own a fence (a subagent's
@@ -13,6 +8,11 @@ import { formatAge, isoTime, orDash, plural, renderTable } from '../format.ts';
  * rows come from an index in that order (migration 006); the total is a separate count of the
  * same partial index, not a window over every pending fence joined to its sandbox.
  */
+import type { Executor } from '../../../functions/adapters/database.ts';
+import { type Command, type CommandInput, limitOption } from '../command.ts';
+import { listForcedClears, renderForcedClears } from '../forced-clears.ts';
+import { formatAge, isoTime, orDash, plural, renderTable } from '../format.ts';
+
 /** Exported, with the count below, for the plan tests (test/integration/fence-scale.test.ts). */
 export const PENDING_FENCES = `
   SELECT r.id, r.uid, r.runtime_scope_id, r.run_type, r.status,

@@ -1,3 +1,12 @@
+/**
+ * `force-clear <runId> --reason "<text>" [--yes] [--actor <name>]`: clears a fence without a
+ * confirmed delete (functions/cleanup/force-clear.ts: same locks and re-checks as the protocol,
+ * audited in the same transaction). Without `--yes` it only says what it would do.
+ *
+ * A forced clear is never silent: the audit row (which the deployed sweeper counts as the
+ * ForcedClears metric), `runtime-cleaned` with `forced: true`, a WARN log line; and the operator
+ * is told which sandbox generation may still exist, since nobody confirmed its deletion.
+ */
 import { userInfo } from 'node:os';
 import { publishCleaned } from '../../../functions/adapters/publish.ts';
 import { QueueName } from '../../../functions/adapters/queues.ts';
@@ -9,16 +18,6 @@ import { ExitCode } from '../exit-codes.ts';
 import { describeFailure } from '../failure.ts';
 import { isoTime } from '../format.ts';
 
-/**
- * `force-clear <runId> --reason "<text>" [--yes] [--actor <name>]`: clears a fence without a
- * confirmed delete (functions/cleanup/force-clear.ts: same locks and re-checks as the protocol,
- * audited in the same transaction). Without `--yes` it only says what it would do.
- *
- * A forced clear is never silent: the audit row (which the deployed sweeper counts as the
- * ForcedClears metric), `runtime-cleaned` with `forced: true`, a WARN log line; and the operator
- * is told which sandbox generation may
- * still exist, since nobody confirmed its deletion.
- */
 export interface ForceClearOutput {
   applied: boolean;
   runId: string;

@@ -1,13 +1,12 @@
-import type { Command } from '../command.ts';
-import { CONSUMED_QUEUES, resolveConsumedQueue } from '../dead-letters.ts';
-import { plural } from '../format.ts';
-import { RedriveMethod, redriveDeadLetters } from '../redrive-dead-letters.ts';
-
 /**
  * `redrive <queue>`: moves the queue's dead letters back to it, through SQS's message move task
  * where the endpoint has one, else by receive → send → delete. Safe to repeat: every consumer is
  * idempotent, and a letter that fails again is simply dead-lettered again with its new reason.
  */
+import type { Command } from '../command.ts';
+import { CONSUMED_QUEUES, resolveConsumedQueue } from '../dead-letters.ts';
+import { plural } from '../format.ts';
+import { RedriveMethod, redriveDeadLetters } from '../redrive-dead-letters.ts';
 
 /** How long to watch a message move task before reporting it as still running. */
 const MOVE_TASK_WAIT_MS = 30_000;

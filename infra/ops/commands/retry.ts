@@ -1,14 +1,14 @@
+/**
+ * `retry <runId>`: announces a fenced run on `run-finished` again, as the sweeper would, without
+ * waiting for FENCE_SWEEP_AFTER_SECONDS. The protocol itself decides what happens: phase 1
+ * re-checks everything under the locks, so a retry can never clear a fence it should not.
+ */
 import { announceRunFinished } from '../../../functions/adapters/publish.ts';
 import { QueueName } from '../../../functions/adapters/queues.ts';
 import { ErrorCode, OperationRefusedError, RunNotFoundError } from '../../../functions/cleanup/errors.ts';
 import { RunType } from '../../../functions/cleanup/types.ts';
 import type { Command } from '../command.ts';
 
-/**
- * `retry <runId>`: announces a fenced run on `run-finished` again, as the sweeper would, without
- * waiting for FENCE_SWEEP_AFTER_SECONDS. The protocol itself decides what happens: phase 1
- * re-checks everything under the locks, so a retry can never clear a fence it should not.
- */
 const RUN_FENCE = 'SELECT run_type, runtime_cleanup_pending FROM agent_runs WHERE id = $1::text';
 
 export const retryCommand: Command = {

@@ -1,3 +1,8 @@
+/**
+ * The checkers are the chaos suite's judges, so they are tested first: each one is fed a small
+ * history that keeps its property and the same history broken in exactly one way, and must tell
+ * the two apart. A checker that could not fail would make every chaos report worthless.
+ */
 import { describe, expect, it } from 'vitest';
 import {
   type CapturedRelease,
@@ -8,14 +13,9 @@ import {
   type History,
   Invariant,
   percentile,
-} from './invariants.ts';
-import type { RunLogEntry, SandboxLogEntry } from './ledger.ts';
+} from '../chaos/invariants.ts';
+import type { RunLogEntry, SandboxLogEntry } from '../chaos/ledger.ts';
 
-/**
- * The checkers are the chaos suite's judges, so they are tested first: each one is fed a small
- * history that keeps its property and the same history broken in exactly one way, and must tell
- * the two apart. A checker that could not fail would make every chaos report worthless.
- */
 const UID = 'user-1';
 const SCOPE = 'scope-1';
 const SANDBOX = 'sbx-scope-1';

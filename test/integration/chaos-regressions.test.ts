@@ -1,3 +1,6 @@
+/**
+ * Violations the chaos suite found, each kept as a small deterministic test of its cause.
+ */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openDatabase } from '../../functions/adapters/database.ts';
 import { parseMessage, ReleaseCommand, RunFinishedMessage } from '../../functions/adapters/messages.ts';
@@ -7,14 +10,11 @@ import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { finalize } from '../../functions/cleanup/finalize.ts';
 import { beginRelease } from '../../functions/cleanup/release-guard.ts';
 import { FenceCheckOutcome, FinalizeOutcome } from '../../functions/cleanup/types.ts';
+import { releaseTemplate } from '../chaos/hostile.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 import { fenceOf, finishedRootRun, upsertSandbox } from '../support/factories.ts';
 import { eventually } from '../support/stack.ts';
-import { releaseTemplate } from './hostile.ts';
 
-/**
- * Violations the chaos suite found, each kept as a small deterministic test of its cause.
- */
 let t: TestDatabase;
 beforeAll(async () => {
   t = await createTestDatabase();

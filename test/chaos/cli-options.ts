@@ -1,0 +1,109 @@
+/**
+ * The command line of `npm run chaos`, parsed and validated once: every problem is one line
+ * naming the option and the rule (exit status 2), `--help` prints the usage (exit status 0).
+ */
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+
+export interface ChaosCommandLine {
+  seed: number;
+  runs: number;
+  concurrency: number;
+  coverage: boolean;
+  out: string;
+  keepDb: boolean;
+}
+
+export type ParsedChaosCommandLine =
+  | { kind: 'run'; options: ChaosCommandLine }
+  | { kind: 'help' }
+  | { kind: 'invalid'; message: string };
+
+export const ChaosExitCode = {
+  /** Every invariant held and the harness ran clean. */
+  OK: 0,
+  /** An invariant was violated, or the harness itself failed. */
+  FAILED: 1,
+  /** Bad options: nothing was run. */
+  USAGE: 2,
+} as const;
+
+const RESULTS_DIR = fileURLToPath(new URL('./results/', import.meta.url));
+
+export const CHAOS_DEFAULTS = { seed: 20261130, runs: 200, concurrency: 32 } as const;
+
+export const CHAOS_HELP = `npm run chaos -- [options]
+
+Runs the chaos suite: many root-run lifecycles at once on the local stack (real PostgreSQL,
+the SQS emulator, the local provisioner, the real functions) while faults from a seeded plan
+are injected, checking the invariants during and after every run. Writes a report (JSON and
+Markdown) and exits 1 if any invariant was violated.
+
+Options
+  --seed N          seed of the fault plan (non-negative integer)          (default ${CHAOS_DEFAULTS.seed})
+  --runs N          root-run lifecycles in total (positive integer)        (default ${CHAOS_DEFAULTS.runs})
+  --concurrency N   lifecycles at a time (positive integer)                (default ${CHAOS_DEFAULTS.concurrency})
+  --coverage        force one fault kind per run first, so that a small
+                    run covers the whole catalogue
+  --out DIR         where the report goes                                  (default test/chaos/results/)
+  --keep-db         keep the run's database for a post-mortem
+  -h, --help        this text
+
+Environment
+  DATABASE_URL      a PostgreSQL whose cluster may get a fresh database for the run; unset, an
+                    embedded PostgreSQL is started (and stopped at the end)
+
+Exit status
+  0  no invariant violated, the harness ran clean
+  1  a violation, or the harness failed (the report names it)
+  2  bad options: nothing was run
+`;
+
+export function parseChaosCommandLine(argv: readonly string[]): ParsedChaosCommandLine {
+  let values: Record<string, string | boolean | undefined>;
+  try {
+    ({ values } = parseArgs({
+      args: [...argv],
+      options: {
+        seed: { type: 'string' },
+        runs: { type: 'string' },
+        concurrency: { type: 'string' },
+        coverage: { type: 'boolean' },
+        out: { type: 'string' },
+        'keep-db': { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' },
+      },
+      strict: true,
+      allowPositionals: false,
+    }));
+  } catch (error) {
+    return { kind: 'invalid', message: `${(error as Error).message}; see: npm run chaos -- --help` };
+  }
+  if (values.help) return { kind: 'help' };
+  const integer = (name: 'seed' | 'runs' | 'concurrency', minimum: 0 | 1): number | string => {
+    const raw = values[name];
+    if (raw === undefined) return CHAOS_DEFAULTS[name];
+    const value = Number(raw);
+    if (typeof raw === 'string' && /^\d+$/.test(raw) && Number.isSafeInteger(value) && value >= minimum) {
+      return value;
+    }
+    return `--${name} ${JSON.stringify(raw)} is invalid: must be a ${minimum === 0 ? 'non-negative' : 'positive'} integer`;
+  };
+  const seed = integer('seed', 0);
+  const runs = integer('runs', 1);
+  const concurrency = integer('concurrency', 1);
+  for (const checked of [seed, runs, concurrency]) {
+    if (typeof checked === 'string') return { kind: 'invalid', message: checked };
+  }
+  return {
+    kind: 'run',
+    options: {
+      seed: seed as number,
+      runs: runs as number,
+      concurrency: concurrency as number,
+      coverage: values.coverage === true,
+      out: typeof values.out === 'string' ? values.out : RESULTS_DIR,
+      keepDb: values['keep-db'] === true,
+    },
+  };
+}

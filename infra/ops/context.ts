@@ -11,7 +11,7 @@ import {
   refuseParameterWithoutUrl,
 } from '../../functions/adapters/config.ts';
 import type { Database, Executor } from '../../functions/adapters/database.ts';
-import { DatabaseUnavailableError } from '../../functions/adapters/errors.ts';
+import { DatabaseAuthenticationError, DatabaseUnavailableError } from '../../functions/adapters/errors.ts';
 import { createTelemetry, type Telemetry } from '../../functions/adapters/observability.ts';
 import { createQueues, type Queues } from '../../functions/adapters/queues.ts';
 import { closeLocalBridge, openLocalDatabase } from '../local/database.ts';
@@ -130,6 +130,13 @@ export function createOpsContext(env: Env): OpsContext {
  */
 function withSchemaCheck(db: Database): Database {
   const translate = (error: unknown): unknown => {
+    if (error instanceof DatabaseAuthenticationError) {
+      // Already classified by the adapter (28P01/28000): for an operator it is a wrong URL.
+      return new DatabaseLoginRefusedError(
+        `the server refused the login (${error.message}); check the user and password in DATABASE_URL`,
+        { cause: error },
+      );
+    }
     const sqlstate = (error as { code?: unknown })?.code;
     if (typeof sqlstate !== 'string') return error;
     const message = (error as Error).message;

@@ -12,7 +12,11 @@ import {
   ProvisionerUnavailableError,
   ProvisionerUnconfirmedError,
 } from '../cleanup/errors.ts';
-import type { DeleteSandboxRequest, SandboxDeleteClient } from '../cleanup/sandbox-provider.ts';
+import {
+  type DeleteSandboxRequest,
+  EARLIER_ATTEMPT_UNANSWERED,
+  type SandboxDeleteClient,
+} from '../cleanup/sandbox-provider.ts';
 import { ReleaseOutcome } from '../cleanup/types.ts';
 import { parseRetryAfter } from './retry-after.ts';
 
@@ -84,9 +88,14 @@ export class ProvisionerClient implements SandboxDeleteClient {
     try {
       return await this.#deleteOnce(request);
     } catch (error) {
-      // One immediate retry for a reset before any answer: the delete is idempotent by generation.
+      // One immediate retry for a reset before any answer (a stale kept-alive socket): the delete
+      // is idempotent by generation. But a reset can come AFTER the request was written, and the
+      // provisioner may then be carrying that first DELETE out while the retry is answered (a 404
+      // once it is gone). The caller is told, so the scope's delete-in-flight record keeps a
+      // window as if that request were still running; the retry's own failure says so too.
       if (error instanceof ProvisionerConnectionError && error.details.reset && !request.signal?.aborted) {
-        return this.#deleteOnce(request);
+        request.onUnansweredAttempt?.(error);
+        return this.#deleteOnce(request, { [EARLIER_ATTEMPT_UNANSWERED]: true });
       }
       throw error;
     }
@@ -96,12 +105,15 @@ export class ProvisionerClient implements SandboxDeleteClient {
     await this.#dispatcher.close();
   }
 
-  async #deleteOnce(request: DeleteSandboxRequest): Promise<ReleaseOutcome> {
+  async #deleteOnce(
+    request: DeleteSandboxRequest,
+    facts: Record<string, unknown> = {},
+  ): Promise<ReleaseOutcome> {
     const { sandboxId, generation, deleteTimeoutMs } = request;
     const deleteTimeout = AbortSignal.timeout(deleteTimeoutMs);
     const signal = request.signal ? AbortSignal.any([request.signal, deleteTimeout]) : deleteTimeout;
     const path = `${this.#basePath}/api/sandboxes/${encodeURIComponent(sandboxId)}?generation=${generation}`;
-    const context = { sandboxId, generation };
+    const context = { sandboxId, generation, ...facts };
     let response: Dispatcher.ResponseData;
     try {
       response = await this.#dispatcher.request({

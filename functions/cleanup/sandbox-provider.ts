@@ -1,4 +1,4 @@
-import { ReleaseLockTimeoutError } from './errors.ts';
+import { type CleanupError, isCleanupError, ReleaseLockTimeoutError } from './errors.ts';
 import { KeyedLock } from './keyed-lock.ts';
 import type { ReleaseOutcome, ReleaseResult } from './types.ts';
 
@@ -10,6 +10,23 @@ export interface DeleteSandboxRequest {
   deleteTimeoutMs: number;
   /** The caller's deadline (the whole release); aborting it really closes the request. */
   signal?: AbortSignal;
+  /**
+   * Called when an attempt ended without an answer after its request may have reached the
+   * provisioner (a reset) and the client tries again: that first DELETE may still be carried out.
+   */
+  onUnansweredAttempt?: (error: CleanupError) => void;
+}
+
+/**
+ * The `details` key a client sets on the error of a delete it retried after an unanswered
+ * attempt: whatever the retry's own failure says (a 4xx, a refused connection), the provisioner
+ * may still be carrying out the earlier request.
+ */
+export const EARLIER_ATTEMPT_UNANSWERED = 'earlierAttemptUnanswered';
+
+/** Whether a failed release sent a request that went unanswered before the one that failed. */
+export function earlierAttemptUnanswered(error: unknown): boolean {
+  return isCleanupError(error) && error.details[EARLIER_ATTEMPT_UNANSWERED] === true;
 }
 
 /**
@@ -76,14 +93,18 @@ export class SandboxProvider {
     });
     const lockWaitMs = performance.now() - waitStarted;
     const deleteStarted = performance.now();
+    let unansweredAttempts = 0;
     try {
       const outcome = await client.deleteSandbox({
         sandboxId: ref.sandboxId,
         generation: ref.generation,
         deleteTimeoutMs: provisionerDeleteTimeoutMs,
         ...(signal ? { signal } : {}),
+        onUnansweredAttempt: () => {
+          unansweredAttempts += 1;
+        },
       });
-      return { outcome, lockWaitMs, deleteMs: performance.now() - deleteStarted };
+      return { outcome, lockWaitMs, deleteMs: performance.now() - deleteStarted, unansweredAttempts };
     } finally {
       unlock();
     }

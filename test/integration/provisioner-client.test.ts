@@ -693,15 +693,13 @@ describe('odd replies get a defined outcome (contract v1.1 §3)', () => {
     'decides a %i problem report by its status, and puts its title and detail in the reason',
     async (status, type, retryable) => {
       const hostile = await startHostileServer((_request, response) => {
-        response
-          .writeHead(status, { 'content-type': 'application/problem+json' })
-          .end(
-            JSON.stringify({
-              type: 'https://errors.example/quota',
-              title: 'Quota exceeded',
-              detail: 'tenant\nover limit',
-            }),
-          );
+        response.writeHead(status, { 'content-type': 'application/problem+json' }).end(
+          JSON.stringify({
+            type: 'https://errors.example/quota',
+            title: 'Quota exceeded',
+            detail: 'tenant\nover limit',
+          }),
+        );
       });
 
       const error = (await rejectionOf(request(hostile.url))) as InstanceType<typeof type>;

@@ -18,6 +18,7 @@ import {
   type SandboxDeleteClient,
 } from '../cleanup/sandbox-provider.ts';
 import { ReleaseOutcome } from '../cleanup/types.ts';
+import { MESSAGE_FIELD_LIMITS } from './messages.ts';
 import { parseRetryAfter } from './retry-after.ts';
 
 /**
@@ -45,7 +46,7 @@ const RESET_ERROR_CODES = new Set(['ECONNRESET', 'UND_ERR_SOCKET', 'EPIPE']);
 export function assertSafeSandboxId(sandboxId: string): void {
   if (
     sandboxId.length === 0 ||
-    sandboxId.length > 512 ||
+    sandboxId.length > MESSAGE_FIELD_LIMITS.id ||
     sandboxId === '.' ||
     sandboxId === '..' ||
     hasControlCharacter(sandboxId) ||

@@ -620,7 +620,7 @@ describe('the request path', () => {
     ['a NUL', 'sbx\u0000'],
     ['a tab', 'sb\tx'],
     ['a DEL', 'sbx\u007f'],
-    ['over 512 characters', 'x'.repeat(513)],
+    ['over 4096 characters (the message limit)', 'x'.repeat(4_097)],
   ])('rejects an id that is %s before sending anything', async (_name, sandboxId) => {
     const hostile = await startHostileServer((_request, response) => {
       response.writeHead(200).end();

@@ -5,6 +5,8 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { type Database, openDatabase } from '../../functions/adapters/database.ts';
 import { DatabaseAuthenticationError, InfrastructureErrorCode } from '../../functions/adapters/errors.ts';
 import { type EmbeddedPostgresHandle, startEmbeddedPostgres } from '../../infra/local/embedded-postgres.ts';
+import { runChild } from '../support/child-process.ts';
+import { PROJECT_ROOT } from '../support/packaged-template.ts';
 
 /**
  * A DATABASE_URL without a password against a server that asks for SCRAM (Neon, RDS, any
@@ -86,4 +88,22 @@ describe('a DATABASE_URL without a password, against a SCRAM server', () => {
     );
     expect((await trusting.query<{ one: number }>('SELECT 1 AS one')).rows[0]?.one).toBe(1);
   });
+
+  it.each([
+    ['npm run ops -- fences', ['run', '--silent', 'ops', '--', 'fences'], 3],
+    ['npm run migrate', ['run', '--silent', 'migrate'], 1],
+  ])(
+    'ends `%s` with its failure exit and the reason, not a crash',
+    async (_name, args, exitCode) => {
+      const run = await runChild('npm', args, {
+        cwd: PROJECT_ROOT,
+        env: { ...process.env, DATABASE_URL: urlWith(undefined), DATABASE_WS_PROXY: wsProxy },
+        timeoutMs: 60_000,
+      });
+      expect(run.code, run.stderr).toBe(exitCode);
+      expect(run.stderr).toContain('DATABASE_URL has none');
+      expect(run.stderr).not.toContain('SASL');
+    },
+    70_000,
+  );
 });

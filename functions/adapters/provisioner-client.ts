@@ -157,10 +157,13 @@ export class ProvisionerClient implements SandboxDeleteClient {
           { ...context, currentGeneration: current },
         );
       }
-      throw new ProvisionerBadResponseError('provisioner answered 409 naming the generation being deleted', {
-        ...context,
-        currentGeneration: current,
-      });
+      // The contract's 409 names ANOTHER generation ("not touched"); naming this one contradicts
+      // itself, and resending the same request cannot resolve that: a dead letter with the reason.
+      // The status is kept: the provisioner did answer, so nothing of the request still acts.
+      throw new ProvisionerBadResponseError(
+        `provisioner answered 409 naming the generation being deleted (${current}); the contract's 409 names another generation`,
+        { ...context, status: statusCode, currentGeneration: current },
+      );
     }
     if (statusCode === 200) {
       const refusal = await confirmationRefusal(response);

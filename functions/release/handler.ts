@@ -126,6 +126,7 @@ export function createReleaseHandler(
             outcome: result.outcome,
             lockWaitMs: Math.round(result.lockWaitMs),
             deleteMs: Math.round(result.deleteMs),
+            ...(result.unansweredAttempts ? { unansweredAttempts: result.unansweredAttempts } : {}),
           });
         } catch (error) {
           countFailure(error);

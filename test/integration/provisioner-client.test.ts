@@ -262,6 +262,8 @@ describe('409 bodies outside the contract', () => {
     );
 
     expect(error).toBeInstanceOf(ProvisionerBadResponseError);
+    expect(error).toMatchObject({ retryable: false, details: { status: 409, currentGeneration: 3 } });
+    expect((error as Error).message).toContain('naming the generation being deleted (3)');
   });
 
   it('refuses an oversized 409 body without reading it all, even though it names a newer generation', async () => {

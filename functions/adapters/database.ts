@@ -163,8 +163,8 @@ const brokenClients = new WeakMap<PoolClient, Error>();
  * "SASL: protocol error" / "client password must be a string" as a rejection nobody handles, which
  * ends the process (and the connect only ends at its timeout). An empty string does not help: the
  * driver's WebCrypto refuses a zero-length key the same way. So the password becomes the driver's
- * documented password callback, asked only when the server wants a password, and it refuses at
- * once with DATABASE_AUTH_FAILED (which also makes a deployed function read its URL again). A
+ * documented password callback, asked when the server wants a password (or, in Neon's pipelined
+ * connect, up front), and it refuses at once with DATABASE_AUTH_FAILED (which also makes a deployed function read its URL again). A
  * server that trusts the login never calls it. PGPASSWORD still applies (the driver reads it
  * first); ~/.pgpass is not consulted, and neither is used in deployment.
  */
@@ -174,13 +174,20 @@ class MissingPasswordClient extends Client {
     const self = this as unknown as { password: unknown; user: unknown };
     if (typeof self.password !== 'string' && typeof self.password !== 'function') {
       const user = String(self.user ?? '');
-      self.password = () =>
-        Promise.reject(
+      self.password = () => {
+        const refusal = Promise.reject(
           new DatabaseAuthenticationError(
             `database asks for a password and DATABASE_URL has none for user ${JSON.stringify(user)}: put the password in the URL (postgres://user:password@host/db)`,
             { reason: 'no_password' },
           ),
         );
+        // Marked handled: in Neon's pipelined connect (its default, deployed) the driver asks for
+        // the password before the socket is open and only listens once it is; a connect that
+        // fails first (a host that does not resolve) would leave this rejection unhandled, which
+        // ends the process. The driver still sees the rejection when it does listen.
+        refusal.catch(() => {});
+        return refusal;
+      };
     }
   }
 }

@@ -13,8 +13,8 @@ import {
   ProvisionerUnconfirmedError,
 } from '../cleanup/errors.ts';
 import {
+  DELETE_MAY_STILL_ACT,
   type DeleteSandboxRequest,
-  EARLIER_ATTEMPT_UNANSWERED,
   type SandboxDeleteClient,
 } from '../cleanup/sandbox-provider.ts';
 import { ReleaseOutcome } from '../cleanup/types.ts';
@@ -96,7 +96,7 @@ export class ProvisionerClient implements SandboxDeleteClient {
       // window as if that request were still running; the retry's own failure says so too.
       if (error instanceof ProvisionerConnectionError && error.details.reset && !request.signal?.aborted) {
         request.onUnansweredAttempt?.(error);
-        return this.#deleteOnce(request, { [EARLIER_ATTEMPT_UNANSWERED]: true });
+        return this.#deleteOnce(request, { [DELETE_MAY_STILL_ACT]: true });
       }
       throw error;
     }
@@ -195,6 +195,14 @@ export class ProvisionerClient implements SandboxDeleteClient {
         retryAfterSeconds,
       });
     }
+    if (statusCode === 202) {
+      // Accepted, not done yet: the provisioner is carrying the delete out. Retried with backoff
+      // (the next attempt hears 404 once it is gone), and the scope's window is kept meanwhile.
+      throw new ProvisionerUnavailableError(
+        `provisioner accepted the delete but has not done it yet (202)${explained}`,
+        { ...facts, [DELETE_MAY_STILL_ACT]: true },
+      );
+    }
     if (statusCode === 408 || (statusCode >= 500 && statusCode <= 599)) {
       throw new ProvisionerUnavailableError(`provisioner answered ${statusCode}${explained}`, facts, {
         retryAfterSeconds,
@@ -206,7 +214,7 @@ export class ProvisionerClient implements SandboxDeleteClient {
         facts,
       );
     }
-    // Any other 2xx (201, 202 "accepted, not yet done", 206…), a 3xx (redirects are not
+    // Any other 2xx (201, 206…), a 3xx (redirects are not
     // followed), or a status outside HTTP's 100–599 (undici passes 600–999 through): not in the
     // contract, not a confirmation, and resending will not change what this server is.
     const why =

@@ -18,15 +18,16 @@ export interface DeleteSandboxRequest {
 }
 
 /**
- * The `details` key a client sets on the error of a delete it retried after an unanswered
- * attempt: whatever the retry's own failure says (a 4xx, a refused connection), the provisioner
- * may still be carrying out the earlier request.
+ * The `details` key a client sets on a failure after which the provisioner may still be carrying
+ * a DELETE out, whatever the failure's status says: the retry of a request that went unanswered
+ * (reset after it may have been written), or a 202 (accepted, not done yet). The release then
+ * keeps the scope's delete-in-flight window instead of ending it.
  */
-export const EARLIER_ATTEMPT_UNANSWERED = 'earlierAttemptUnanswered';
+export const DELETE_MAY_STILL_ACT = 'deleteMayStillAct';
 
-/** Whether a failed release sent a request that went unanswered before the one that failed. */
-export function earlierAttemptUnanswered(error: unknown): boolean {
-  return isCleanupError(error) && error.details[EARLIER_ATTEMPT_UNANSWERED] === true;
+/** Whether a failed release leaves a DELETE the provisioner may still carry out. */
+export function deleteMayStillAct(error: unknown): boolean {
+  return isCleanupError(error) && error.details[DELETE_MAY_STILL_ACT] === true;
 }
 
 /**

@@ -21,7 +21,7 @@ import {
   endRelease,
   ReleaseGuard,
 } from '../cleanup/release-guard.ts';
-import { earlierAttemptUnanswered, SandboxProvider } from '../cleanup/sandbox-provider.ts';
+import { deleteMayStillAct, SandboxProvider } from '../cleanup/sandbox-provider.ts';
 import type { ReleaseResult } from '../cleanup/types.ts';
 
 /**
@@ -103,11 +103,11 @@ export function createReleaseHandler(
           countFailure(error);
           // Ended without an answer: the provisioner may still carry the request out for its own
           // delete time, so the scope stays quarantined that long (never longer than the record).
-          // An earlier request of this attempt that went unanswered (reset after it may have been
-          // written) may still be acting, whatever the last one's failure says.
+          // A request that went unanswered before this failure (reset after it may have been
+          // written), or a 202, may still be acting, whatever the failure's status says.
           await settle(
             inFlight,
-            deleteSettledBy(error) && !earlierAttemptUnanswered(error) ? undefined : residualSeconds,
+            deleteSettledBy(error) && !deleteMayStillAct(error) ? undefined : residualSeconds,
           );
           throw error;
         }

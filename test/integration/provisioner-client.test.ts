@@ -207,7 +207,7 @@ describe('contract replies (contract §3)', () => {
     },
   );
 
-  it.each([202, 301, 302, 307])(
+  it.each([301, 302, 307])(
     'never counts %i as a confirmed delete (ProvisionerBadResponseError)',
     async (status) => {
       const { sandboxId, generation } = await liveSandbox();
@@ -735,13 +735,22 @@ describe('odd replies get a defined outcome (contract v1.1 §3)', () => {
     expect(huge.details.problem).toBeUndefined();
   });
 
-  it('refuses a 202 (accepted, not done) as a bad response, not a confirmation', async () => {
+  it('retries a 202 (accepted, not done yet), never a confirmation, and says the delete may still act', async () => {
     const hostile = await startHostileServer((_request, response) => {
       response.writeHead(202, { 'content-type': 'application/json' }).end('{"status":"deleting"}');
     });
     const error = await rejectionOf(request(hostile.url));
+    expect(error).toBeInstanceOf(ProvisionerUnavailableError);
+    expect(error).toMatchObject({ retryable: true, details: { status: 202, deleteMayStillAct: true } });
+  });
+
+  it.each([201, 206, 302])('refuses a %i as a bad response, not a confirmation', async (status) => {
+    const hostile = await startHostileServer((_request, response) => {
+      response.writeHead(status, { 'content-type': 'application/json', location: '/elsewhere' }).end('{}');
+    });
+    const error = await rejectionOf(request(hostile.url));
     expect(error).toBeInstanceOf(ProvisionerBadResponseError);
-    expect((error as Error).message).toContain('202');
+    expect(error).toMatchObject({ retryable: false, details: { status } });
   });
 
   // Replies node:http refuses to send: written byte by byte on a raw TCP socket.

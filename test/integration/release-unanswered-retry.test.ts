@@ -40,6 +40,9 @@ let rootDir: string;
 let provisioner: LocalProvisioner;
 /** Resets the first request's connection after reading it, then refuses every request with 403. */
 let resetThenRefuse: Server;
+/** Answers every DELETE with 202: accepted, still deleting. */
+let accepting: Server;
+let acceptingUrl: string;
 let resetThenRefuseUrl: string;
 const refusedRequests: string[] = [];
 beforeAll(async () => {
@@ -55,10 +58,17 @@ beforeAll(async () => {
   });
   await new Promise<void>((resolve) => resetThenRefuse.listen(0, '127.0.0.1', resolve));
   resetThenRefuseUrl = `http://127.0.0.1:${(resetThenRefuse.address() as AddressInfo).port}`;
+  accepting = createServer((_request, response) => {
+    response.writeHead(202, { 'content-type': 'application/json' }).end('{"status":"deleting"}');
+  });
+  await new Promise<void>((resolve) => accepting.listen(0, '127.0.0.1', resolve));
+  acceptingUrl = `http://127.0.0.1:${(accepting.address() as AddressInfo).port}`;
 });
 afterAll(async () => {
   resetThenRefuse?.closeAllConnections();
   await new Promise((resolve) => resetThenRefuse?.close(resolve));
+  accepting?.closeAllConnections();
+  await new Promise((resolve) => accepting?.close(resolve));
   await provisioner?.stop();
   await rm(rootDir, { recursive: true, force: true });
 });
@@ -131,6 +141,18 @@ describe('a release whose first DELETE was reset after it was written', () => {
     expect((await deliver(await commandFor(run), resetThenRefuseUrl)).batchItemFailures).toEqual([]);
 
     expect(refusedRequests).toHaveLength(2);
+    const left = await recordSecondsLeft(run);
+    expect(left).not.toBeNull();
+    expect(left!).toBeGreaterThan(RESIDUAL_SECONDS - 3);
+  });
+});
+
+describe('a release answered 202 (accepted, not done yet)', () => {
+  it('is retried, and keeps the residual window: the provisioner is still deleting', async () => {
+    const run = await provisionedRootRun(fixture.t.db, provisioner);
+
+    expect((await deliver(await commandFor(run), acceptingUrl)).batchItemFailures).toHaveLength(1);
+
     const left = await recordSecondsLeft(run);
     expect(left).not.toBeNull();
     expect(left!).toBeGreaterThan(RESIDUAL_SECONDS - 3);

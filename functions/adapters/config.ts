@@ -77,6 +77,49 @@ export const DATABASE_FAILURE_REPORT_MARGIN_MS = 5_000;
 
 type Env = Readonly<Record<string, string | undefined>>;
 
+/**
+ * The longest delay a Node.js timer can hold: a longer one (setTimeout, AbortSignal.timeout)
+ * overflows and fires at once, so a "one month" lock timeout would time out immediately.
+ */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * The upper bound of each numeric setting, and why. Every duration is used as a timer (seconds
+ * × 1000), so none may exceed MAX_TIMER_MS; the retry delays also become SQS visibility changes,
+ * which SQS caps at 12 hours. DATABASE_MAX_CONNECTIONS is a count, not a duration.
+ */
+const SECONDS_TIMER_MAX = Math.floor(MAX_TIMER_MS / 1000);
+const SQS_MAX_VISIBILITY_SECONDS = 43_200;
+const UPPER_BOUNDS: Record<keyof typeof CONFIG_DEFAULTS, { max: number; why: string }> = {
+  SANDBOX_PROVIDER_RELEASE_LOCK_TIMEOUT_SECONDS: secondsTimer(),
+  SANDBOX_PROVISIONER_DELETE_TIMEOUT_SECONDS: secondsTimer(),
+  SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS: secondsTimer(),
+  CLEANUP_RETRY_BASE_SECONDS: {
+    max: SQS_MAX_VISIBILITY_SECONDS,
+    why: 'a retry delay is an SQS visibility change, at most 12 hours',
+  },
+  CLEANUP_RETRY_MAX_SECONDS: {
+    max: SQS_MAX_VISIBILITY_SECONDS,
+    why: 'a retry delay is an SQS visibility change, at most 12 hours',
+  },
+  FENCE_SWEEP_AFTER_SECONDS: secondsTimer(),
+  FENCE_SWEEP_INTERVAL_SECONDS: secondsTimer(),
+  DATABASE_LOCK_TIMEOUT_MS: millisecondsTimer(),
+  DATABASE_STATEMENT_TIMEOUT_MS: millisecondsTimer(),
+  DATABASE_CONNECT_TIMEOUT_MS: millisecondsTimer(),
+  DATABASE_QUERY_TIMEOUT_MS: millisecondsTimer(),
+  // PostgreSQL's own ceiling for max_connections.
+  DATABASE_MAX_CONNECTIONS: { max: 262_143, why: "PostgreSQL's largest max_connections" },
+};
+
+function secondsTimer() {
+  return { max: SECONDS_TIMER_MAX, why: 'longer than a timer can wait (about 24.8 days)' };
+}
+
+function millisecondsTimer() {
+  return { max: MAX_TIMER_MS, why: 'longer than a timer can wait (2^31-1 ms, about 24.8 days)' };
+}
+
 function positiveInteger(env: Env, name: keyof typeof CONFIG_DEFAULTS): number {
   const raw = env[name];
   if (raw === undefined || raw.trim() === '') return CONFIG_DEFAULTS[name];
@@ -85,6 +128,8 @@ function positiveInteger(env: Env, name: keyof typeof CONFIG_DEFAULTS): number {
   if (!/^\d+$/.test(text) || !Number.isSafeInteger(value) || value <= 0) {
     throw new ConfigError(name, raw, 'must be a positive integer');
   }
+  const { max, why } = UPPER_BOUNDS[name];
+  if (value > max) throw new ConfigError(name, raw, `must be at most ${max}: ${why}`);
   return value;
 }
 
@@ -207,9 +252,26 @@ export function refuseParameterWithoutUrl(config: CleanupConfig): void {
   }
 }
 
-/** SANDBOX_PROVISIONER_URL, validated; undefined when unset (the local stack then starts its own). */
+/**
+ * SANDBOX_PROVISIONER_URL, validated; undefined when unset (the local stack then starts its own).
+ * Only http and https: the client speaks HTTP, and any other scheme (file:, ftp:, javascript:, a
+ * typo such as htp:) would fail every delete with a confusing error instead of at start.
+ */
 export function validProvisionerUrl(config: CleanupConfig): string | undefined {
-  return optionalUrl({ SANDBOX_PROVISIONER_URL: config.provisionerUrl }, 'SANDBOX_PROVISIONER_URL');
+  const url = optionalUrl({ SANDBOX_PROVISIONER_URL: config.provisionerUrl }, 'SANDBOX_PROVISIONER_URL');
+  if (url === undefined) return undefined;
+  const parsed = new URL(url);
+  if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
+    throw new ConfigError(
+      'SANDBOX_PROVISIONER_URL',
+      redactUrl(url),
+      `must be an http:// or https:// URL (not ${parsed.protocol})`,
+    );
+  }
+  if (parsed.hostname === '') {
+    throw new ConfigError('SANDBOX_PROVISIONER_URL', redactUrl(url), 'must name a host');
+  }
+  return url;
 }
 
 /** What the release function cannot run without (and no other function needs). */

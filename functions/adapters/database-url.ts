@@ -1,4 +1,5 @@
-import { GetParameterCommand, type GetParameterCommandOutput, type SSMClient } from '@aws-sdk/client-ssm';
+import { GetParameterCommand, type GetParameterCommandOutput, SSMClient } from '@aws-sdk/client-ssm';
+import { type AwsTimeouts, boundedAwsClientOptions } from './aws-clients.ts';
 import { DatabaseUrlUnreadableError } from './errors.ts';
 import { redactSecrets } from './redact.ts';
 
@@ -30,6 +31,16 @@ export interface DatabaseUrlSource {
 /** DATABASE_URL given as is (local stack, tests, CLIs). */
 export function fixedDatabaseUrl(url: string): DatabaseUrlSource {
   return { origin: 'DATABASE_URL', current: async () => url, reread: async () => url };
+}
+
+/**
+ * The SSM client of the deployed functions: region and credentials from the Lambda environment,
+ * AWS_ENDPOINT_URL_SSM (the SDK's own override) for a local endpoint in tests, and bounded calls,
+ * so a cold start whose SSM endpoint never answers fails with DATABASE_URL_UNREADABLE instead of
+ * hanging until Lambda's timeout.
+ */
+export function createSsmClient(timeouts?: AwsTimeouts): SSMClient {
+  return new SSMClient(boundedAwsClientOptions(timeouts));
 }
 
 /** A PostgreSQL URL as the Neon driver accepts it (not libpq's `host=… password=…` form). */

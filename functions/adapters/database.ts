@@ -1,4 +1,4 @@
-import { neonConfig, Pool, type PoolClient } from '@neondatabase/serverless';
+import { Client, neonConfig, Pool, type PoolClient } from '@neondatabase/serverless';
 import { WebSocket } from 'ws';
 import { isCleanupError } from '../cleanup/errors.ts';
 import type { Database, Executor } from '../cleanup/executor.ts';
@@ -156,6 +156,42 @@ function configureDriver(wsProxy: string | undefined): void {
  */
 const brokenClients = new WeakMap<PoolClient, Error>();
 
+/**
+ * The Neon driver's Client, for a DATABASE_URL without a password (right for a local PostgreSQL
+ * that trusts the login). The driver keeps such a password as null, and a server that asks for
+ * one anyway (Neon, RDS, any scram-sha-256 or md5 hba line) made its asynchronous SASL step throw
+ * "SASL: protocol error" / "client password must be a string" as a rejection nobody handles, which
+ * ends the process (and the connect only ends at its timeout). An empty string does not help: the
+ * driver's WebCrypto refuses a zero-length key the same way. So the password becomes the driver's
+ * documented password callback, asked when the server wants a password (or, in Neon's pipelined
+ * connect, up front), and it refuses at once with DATABASE_AUTH_FAILED (which also makes a deployed function read its URL again). A
+ * server that trusts the login never calls it. PGPASSWORD still applies (the driver reads it
+ * first); ~/.pgpass is not consulted, and neither is used in deployment.
+ */
+class MissingPasswordClient extends Client {
+  constructor(config?: ConstructorParameters<typeof Client>[0]) {
+    super(config);
+    const self = this as unknown as { password: unknown; user: unknown };
+    if (typeof self.password !== 'string' && typeof self.password !== 'function') {
+      const user = String(self.user ?? '');
+      self.password = () => {
+        const refusal = Promise.reject(
+          new DatabaseAuthenticationError(
+            `database asks for a password and DATABASE_URL has none for user ${JSON.stringify(user)}: put the password in the URL (postgres://user:password@host/db)`,
+            { reason: 'no_password' },
+          ),
+        );
+        // Marked handled: in Neon's pipelined connect (its default, deployed) the driver asks for
+        // the password before the socket is open and only listens once it is; a connect that
+        // fails first (a host that does not resolve) would leave this rejection unhandled, which
+        // ends the process. The driver still sees the rejection when it does listen.
+        refusal.catch(() => {});
+        return refusal;
+      };
+    }
+  }
+}
+
 /** A bound ran out: retryable (the queue brings the record back), and never retried in-process. */
 function timeoutError(phase: 'connect' | 'query', timeoutMs: number): DatabaseUnavailableError {
   return new DatabaseUnavailableError(
@@ -185,6 +221,9 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
       // moment through its own timer, which the driver cannot delay.
       connectionTimeoutMillis: connectTimeoutMs,
     });
+    // pg-pool's documented `Client` option, set after construction: the Neon pool's constructor
+    // assigns its own Client class over the option.
+    (created as unknown as { Client: typeof Client }).Client = MissingPasswordClient;
     created.on('connect', (client: PoolClient) => {
       client.on('error', (error: Error) => {
         if (!brokenClients.has(client)) brokenClients.set(client, error);

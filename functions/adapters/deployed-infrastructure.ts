@@ -1,8 +1,7 @@
-import { SSMClient } from '@aws-sdk/client-ssm';
 import { loadConfig, requireDatabaseUrlSource } from './config.ts';
 import { databasePoolSize } from './connection-budget.ts';
 import { openDatabase } from './database.ts';
-import { type DatabaseUrlSource, fixedDatabaseUrl, ssmDatabaseUrl } from './database-url.ts';
+import { createSsmClient, type DatabaseUrlSource, fixedDatabaseUrl, ssmDatabaseUrl } from './database-url.ts';
 import { FUNCTION_LOG_NAMES, type Infrastructure } from './infrastructure.ts';
 import { createTelemetry } from './observability.ts';
 import { createQueues, type Queues } from './queues.ts';
@@ -23,7 +22,7 @@ export function deployedInfrastructure(
     : ssmDatabaseUrl({
         // Region and credentials from the Lambda environment; AWS_ENDPOINT_URL_SSM (the SDK's own
         // override) points it at a local endpoint in tests.
-        client: new SSMClient({ maxAttempts: 3 }),
+        client: createSsmClient(),
         parameterName: config.databaseUrlParameter!,
       });
   let queues: Queues | undefined;

@@ -7,7 +7,28 @@ import { z } from 'zod';
 import { InvalidMessageError } from '../cleanup/errors.ts';
 import { ReleaseOutcome } from '../cleanup/types.ts';
 
-const MAX_ID_LENGTH = 256;
+/**
+ * How long each field of a cleanup message may be, in characters (UTF-16 code units, as
+ * JavaScript and zod count them). The database columns are unbounded `text`; these limits are what
+ * one SQS message can carry: with every field at its limit and every character written as a
+ * six-byte JSON escape (a control character), a release or finalize body is
+ * 6 × (4 × 4096 + 16384 + 64) + its keys ≈ 197 KB, under SQS's 256 KiB (262,144 bytes) with room
+ * for the dead-letter attributes. A run whose values exceed them cannot be carried: the function
+ * that reads it from the database refuses to send it (`assertSendable`) and dead-letters its own
+ * message with a reason naming the field, instead of sending a body that the next consumer would
+ * dead-letter over and over. docs/integration.md (section 2) lists them.
+ */
+export const MESSAGE_FIELD_LIMITS = {
+  /** runId, uid, runtimeScopeId, sandboxId. */
+  id: 4096,
+  workdirPath: 16_384,
+  fenceSetAt: 64,
+} as const;
+
+/** SQS's largest message body. */
+export const SQS_MAX_BODY_BYTES = 256 * 1024;
+
+const MAX_ID_LENGTH = MESSAGE_FIELD_LIMITS.id;
 
 function boundedText(max: number) {
   // A lone surrogate (valid as a JSON `\ud800` escape) cannot be encoded either: PostgreSQL would
@@ -40,15 +61,15 @@ export const CleanupIdentityBody = z.object({
   runId: id,
   uid: id,
   runtimeScopeId: id,
-  workdirPath: boundedText(4096),
-  sandboxId: boundedText(512).nullable(),
+  workdirPath: boundedText(MESSAGE_FIELD_LIMITS.workdirPath),
+  sandboxId: boundedText(MAX_ID_LENGTH).nullable(),
   generation: generation.nullable(),
-  fenceSetAt: boundedText(64).nullable(),
+  fenceSetAt: boundedText(MESSAGE_FIELD_LIMITS.fenceSetAt).nullable(),
 });
 
 /** `runtime-release.fifo`: delete this generation of this scope's sandbox. */
 export const ReleaseCommand = CleanupIdentityBody.extend({
-  sandboxId: boundedText(512),
+  sandboxId: boundedText(MAX_ID_LENGTH),
   generation,
   requestedAt: isoTimestamp,
 });
@@ -100,4 +121,40 @@ export function parseMessage<Schema extends z.ZodType>(schema: Schema, body: str
     });
   }
   return parsed.data;
+}
+
+/**
+ * Checks a body this process is about to send against the schema its consumer parses with, so a
+ * value the consumer would refuse (a field longer than MESSAGE_FIELD_LIMITS, read from the
+ * unbounded database columns) is refused HERE, once, with the field named: an InvalidMessageError
+ * (not retryable), which dead-letters the message being processed with that reason. Sent, the
+ * body would be dead-lettered by its consumer, and the fence would be announced again and again.
+ */
+export function assertSendable<Schema extends z.ZodType>(schema: Schema, body: unknown, queue: string): void {
+  const parsed = schema.safeParse(body);
+  if (parsed.success) {
+    const bytes = Buffer.byteLength(JSON.stringify(body), 'utf8');
+    if (bytes <= SQS_MAX_BODY_BYTES) return;
+    throw new InvalidMessageError(
+      `cannot send to ${queue}: the body is ${bytes} bytes, more than SQS's ${SQS_MAX_BODY_BYTES}`,
+      { reason: 'body_too_large', queue, bytes },
+    );
+  }
+  const issue = parsed.error.issues[0]!;
+  const field = issue.path.join('.') || '(body)';
+  const value = issue.path.reduce<unknown>(
+    (current, key) => (current as Record<PropertyKey, unknown> | undefined)?.[key as PropertyKey],
+    body,
+  );
+  const length = typeof value === 'string' ? value.length : undefined;
+  const tooLong = issue.code === 'too_big' && length !== undefined;
+  const what = tooLong
+    ? `${field} is ${length} characters, more than the ${(issue as { maximum?: unknown }).maximum} a cleanup message carries`
+    : `${field}: ${issue.message}`;
+  throw new InvalidMessageError(`cannot send to ${queue}: ${what}`.slice(0, MAX_REASON_LENGTH), {
+    reason: tooLong ? 'field_too_long' : 'unsendable',
+    queue,
+    field,
+    ...(length !== undefined ? { length } : {}),
+  });
 }

@@ -12,8 +12,13 @@ import {
   ProvisionerUnavailableError,
   ProvisionerUnconfirmedError,
 } from '../cleanup/errors.ts';
-import type { DeleteSandboxRequest, SandboxDeleteClient } from '../cleanup/sandbox-provider.ts';
+import {
+  DELETE_MAY_STILL_ACT,
+  type DeleteSandboxRequest,
+  type SandboxDeleteClient,
+} from '../cleanup/sandbox-provider.ts';
 import { ReleaseOutcome } from '../cleanup/types.ts';
+import { MESSAGE_FIELD_LIMITS } from './messages.ts';
 import { parseRetryAfter } from './retry-after.ts';
 
 /**
@@ -41,7 +46,7 @@ const RESET_ERROR_CODES = new Set(['ECONNRESET', 'UND_ERR_SOCKET', 'EPIPE']);
 export function assertSafeSandboxId(sandboxId: string): void {
   if (
     sandboxId.length === 0 ||
-    sandboxId.length > 512 ||
+    sandboxId.length > MESSAGE_FIELD_LIMITS.id ||
     sandboxId === '.' ||
     sandboxId === '..' ||
     hasControlCharacter(sandboxId) ||
@@ -84,9 +89,14 @@ export class ProvisionerClient implements SandboxDeleteClient {
     try {
       return await this.#deleteOnce(request);
     } catch (error) {
-      // One immediate retry for a reset before any answer: the delete is idempotent by generation.
+      // One immediate retry for a reset before any answer (a stale kept-alive socket): the delete
+      // is idempotent by generation. But a reset can come AFTER the request was written, and the
+      // provisioner may then be carrying that first DELETE out while the retry is answered (a 404
+      // once it is gone). The caller is told, so the scope's delete-in-flight record keeps a
+      // window as if that request were still running; the retry's own failure says so too.
       if (error instanceof ProvisionerConnectionError && error.details.reset && !request.signal?.aborted) {
-        return this.#deleteOnce(request);
+        request.onUnansweredAttempt?.(error);
+        return this.#deleteOnce(request, { [DELETE_MAY_STILL_ACT]: true });
       }
       throw error;
     }
@@ -96,12 +106,15 @@ export class ProvisionerClient implements SandboxDeleteClient {
     await this.#dispatcher.close();
   }
 
-  async #deleteOnce(request: DeleteSandboxRequest): Promise<ReleaseOutcome> {
+  async #deleteOnce(
+    request: DeleteSandboxRequest,
+    facts: Record<string, unknown> = {},
+  ): Promise<ReleaseOutcome> {
     const { sandboxId, generation, deleteTimeoutMs } = request;
     const deleteTimeout = AbortSignal.timeout(deleteTimeoutMs);
     const signal = request.signal ? AbortSignal.any([request.signal, deleteTimeout]) : deleteTimeout;
     const path = `${this.#basePath}/api/sandboxes/${encodeURIComponent(sandboxId)}?generation=${generation}`;
-    const context = { sandboxId, generation };
+    const context = { sandboxId, generation, ...facts };
     let response: Dispatcher.ResponseData;
     try {
       response = await this.#dispatcher.request({
@@ -144,10 +157,13 @@ export class ProvisionerClient implements SandboxDeleteClient {
           { ...context, currentGeneration: current },
         );
       }
-      throw new ProvisionerBadResponseError('provisioner answered 409 naming the generation being deleted', {
-        ...context,
-        currentGeneration: current,
-      });
+      // The contract's 409 names ANOTHER generation ("not touched"); naming this one contradicts
+      // itself, and resending the same request cannot resolve that: a dead letter with the reason.
+      // The status is kept: the provisioner did answer, so nothing of the request still acts.
+      throw new ProvisionerBadResponseError(
+        `provisioner answered 409 naming the generation being deleted (${current}); the contract's 409 names another generation`,
+        { ...context, status: statusCode, currentGeneration: current },
+      );
     }
     if (statusCode === 200) {
       const refusal = await confirmationRefusal(response);
@@ -157,9 +173,14 @@ export class ProvisionerClient implements SandboxDeleteClient {
         { ...context, status: statusCode, refusal },
       );
     }
-    await response.body.dump({ limit: MAX_RESPONSE_BODY_BYTES });
-    if (statusCode === 204) return ReleaseOutcome.DELETED;
-    if (statusCode === 404 || statusCode === 410) return ReleaseOutcome.ABSENT;
+    if (statusCode === 204 || statusCode === 404 || statusCode === 410) {
+      await response.body.dump({ limit: MAX_RESPONSE_BODY_BYTES });
+      return statusCode === 204 ? ReleaseOutcome.DELETED : ReleaseOutcome.ABSENT;
+    }
+    // An error answer may explain itself (RFC 9457 problem details, or a JSON `error`): the
+    // explanation goes into the failure's reason, bounded, on one line. The status alone decides.
+    const problem = await problemSummary(response);
+    const explained = problem === undefined ? '' : `: ${problem}`;
     // Retry-After only on the statuses where the contract gives it meaning.
     const retryAfterSeconds =
       statusCode === 429 || statusCode === 503 ? parseRetryAfter(response.headers['retry-after']) : undefined;
@@ -167,27 +188,45 @@ export class ProvisionerClient implements SandboxDeleteClient {
       ...context,
       status: statusCode,
       ...(retryAfterSeconds !== undefined ? { retryAfterSeconds } : {}),
+      ...(problem !== undefined ? { problem } : {}),
     };
     if (statusCode === 429) {
-      throw new ProvisionerThrottledError(`provisioner answered 429 (too many requests)`, facts, {
+      throw new ProvisionerThrottledError(`provisioner answered 429 (too many requests)${explained}`, facts, {
         retryAfterSeconds,
       });
     }
+    if (statusCode === 202) {
+      // Accepted, not done yet: the provisioner is carrying the delete out. Retried with backoff
+      // (the next attempt hears 404 once it is gone), and the scope's window is kept meanwhile.
+      throw new ProvisionerUnavailableError(
+        `provisioner accepted the delete but has not done it yet (202)${explained}`,
+        { ...facts, [DELETE_MAY_STILL_ACT]: true },
+      );
+    }
     if (statusCode === 408 || (statusCode >= 500 && statusCode <= 599)) {
-      throw new ProvisionerUnavailableError(`provisioner answered ${statusCode}`, facts, {
+      throw new ProvisionerUnavailableError(`provisioner answered ${statusCode}${explained}`, facts, {
         retryAfterSeconds,
       });
     }
     if (statusCode >= 400 && statusCode <= 499) {
-      throw new ProvisionerRejectedError(`provisioner rejected the delete with ${statusCode}`, {
-        ...context,
-        status: statusCode,
-      });
+      throw new ProvisionerRejectedError(
+        `provisioner rejected the delete with ${statusCode}${explained}`,
+        facts,
+      );
     }
-    throw new ProvisionerBadResponseError(`provisioner answered an unexpected status ${statusCode}`, {
-      ...context,
-      status: statusCode,
-    });
+    // Any other 2xx (201, 206…), a 3xx (redirects are not
+    // followed), or a status outside HTTP's 100–599 (undici passes 600–999 through): not in the
+    // contract, not a confirmation, and resending will not change what this server is.
+    const why =
+      statusCode >= 600
+        ? `a status outside HTTP's range (100-599)`
+        : statusCode >= 300
+          ? 'a redirect, which is not followed: check SANDBOX_PROVISIONER_URL'
+          : 'a success the contract does not define as deleted';
+    throw new ProvisionerBadResponseError(
+      `provisioner answered an unexpected status ${statusCode} (${why})${explained}`,
+      facts,
+    );
   }
 
   #translate(
@@ -208,12 +247,32 @@ export class ProvisionerClient implements SandboxDeleteClient {
     if (error instanceof CleanupError) return error;
     const code = (error as { code?: string })?.code ?? 'UNKNOWN';
     const message = error instanceof Error ? error.message : String(error);
+    if (isNotHttp(error)) {
+      // Bytes that are not an HTTP/1.1 answer (a status of four digits, or below 100; a non-HTTP
+      // service at this port): this server will not answer differently next time.
+      return new ProvisionerBadResponseError(
+        `provisioner's answer is not valid HTTP/1.1 (${message.replace(/\s+/g, ' ').slice(0, 120)}): check SANDBOX_PROVISIONER_URL`,
+        { ...context, errorCode: code },
+        { cause: error },
+      );
+    }
     return new ProvisionerConnectionError(
       `provisioner connection failed: ${code} ${message}`,
       { ...context, errorCode: code, reset: RESET_ERROR_CODES.has(code) },
       { cause: error },
     );
   }
+}
+
+/**
+ * undici's parser refusing the answer (HTTPParserError), or undici's own assertion on a status
+ * below 100, which the parser lets through.
+ */
+function isNotHttp(error: unknown): boolean {
+  const { name, code, message } = (error ?? {}) as { name?: unknown; code?: unknown; message?: unknown };
+  if (name === 'HTTPParserError' || code === 'ERR_ASSERTION') return true;
+  // undici's words for a 100 Continue or a 101 Switching Protocols that nobody asked for.
+  return code === 'UND_ERR_SOCKET' && (message === 'bad response' || message === 'bad upgrade');
 }
 
 async function readLimited(
@@ -265,7 +324,71 @@ async function confirmationRefusal(response: Dispatcher.ResponseData): Promise<s
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
     return `body is JSON ${body === null ? 'null' : Array.isArray(body) ? 'array' : typeof body}, not an object`;
   }
+  if (mediaType === PROBLEM_JSON) {
+    return `body is a problem report (${PROBLEM_JSON}), not a confirmation${problemText(body, ': ')}`;
+  }
+  const failure = reportedFailure(body as Record<string, unknown>);
+  if (failure !== undefined) return `body reports a failure (${failure})${problemText(body, ': ')}`;
   return undefined;
+}
+
+/** RFC 9457: the media type of an error report, whatever the status says. */
+const PROBLEM_JSON = 'application/problem+json';
+
+/**
+ * A 200 whose JSON object says, in the usual ways, that the operation failed: `ok: false`,
+ * `success: false`, or an `error` that is set. A gateway or framework that wraps every answer in
+ * a 200 reports failures like this; counting it as deleted would clear a fence over a live sandbox.
+ */
+function reportedFailure(body: Record<string, unknown>): string | undefined {
+  if (body.ok === false) return 'ok: false';
+  if (body.success === false) return 'success: false';
+  if (body.error !== undefined && body.error !== null && body.error !== false && body.error !== '') {
+    return 'error is set';
+  }
+  return undefined;
+}
+
+const MAX_PROBLEM_LENGTH = 200;
+
+/**
+ * The explanation an error answer carries, as one bounded line (undefined when it has none): the
+ * problem details' `title` and `detail` (RFC 9457), or a JSON `error`/`message`. Read only from
+ * a JSON body of at most MAX_RESPONSE_BODY_BYTES; anything else is drained and ignored.
+ */
+async function problemSummary(response: Dispatcher.ResponseData): Promise<string | undefined> {
+  const mediaType = (headerValue(response.headers['content-type']) ?? '').split(';')[0]?.trim().toLowerCase();
+  if (mediaType !== 'application/json' && !mediaType?.endsWith('+json')) {
+    await response.body.dump({ limit: MAX_RESPONSE_BODY_BYTES });
+    return undefined;
+  }
+  const text = await readLimited(response.body, MAX_RESPONSE_BODY_BYTES);
+  if (text === undefined) return undefined;
+  try {
+    return problemText(JSON.parse(text)) || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function problemText(body: unknown, prefix = ''): string {
+  if (typeof body !== 'object' || body === null) return '';
+  const record = body as Record<string, unknown>;
+  const error =
+    typeof record.error === 'object' && record.error !== null
+      ? (record.error as Record<string, unknown>)
+      : {};
+  const parts = [record.title, record.detail, record.error, record.message, error.message, error.code]
+    .filter((part): part is string | number => typeof part === 'string' || typeof part === 'number')
+    .map((part) => String(part).trim())
+    .filter((part) => part !== '');
+  if (parts.length === 0) return '';
+  // One line, no control characters: it becomes a log field and a dead letter's reason.
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: removing them is the point
+  const line = [...new Set(parts)].join(' — ').replace(/[\u0000-\u001f\u007f]+/g, ' ');
+  return (
+    prefix + JSON.stringify(line.length > MAX_PROBLEM_LENGTH ? `${line.slice(0, MAX_PROBLEM_LENGTH)}…` : line)
+  );
 }
 
 function headerValue(value: string | string[] | undefined): string | undefined {

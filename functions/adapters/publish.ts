@@ -4,7 +4,13 @@
 import { createHash } from 'node:crypto';
 import type { CleanupIdentity, ReleaseOutcome } from '../cleanup/types.ts';
 import { MAX_SQS_DELAY_SECONDS } from './backoff.ts';
-import type { FinalizeCommand, ReleaseCommand, RunFinishedMessage, RuntimeCleanedEvent } from './messages.ts';
+import {
+  assertSendable,
+  FinalizeCommand,
+  ReleaseCommand,
+  type RunFinishedMessage,
+  type RuntimeCleanedEvent,
+} from './messages.ts';
 import { QueueName, type Queues } from './queues.ts';
 
 /** FIFO group ids allow at most 128 characters from a restricted set (SQS API reference). */
@@ -42,6 +48,7 @@ export async function publishRelease(
   source: { messageId: string; sentTimestamp?: string; receiveCount: number },
 ): Promise<string> {
   const body: ReleaseCommand = { ...identity, requestedAt: new Date().toISOString() };
+  assertSendable(ReleaseCommand, body, QueueName.RUNTIME_RELEASE);
   return queues.send(QueueName.RUNTIME_RELEASE, body, {
     groupId: releaseGroupId(identity.uid, identity.runtimeScopeId),
     deduplicationId: deliveryDeduplicationId(source),
@@ -60,6 +67,7 @@ export async function publishFinalize(
     releasedAt: options.releasedAt ?? new Date().toISOString(),
     ...(options.deferrals ? { deferrals: options.deferrals } : {}),
   };
+  assertSendable(FinalizeCommand, body, QueueName.RUNTIME_FINALIZE);
   return queues.send(QueueName.RUNTIME_FINALIZE, body, delay(options.delaySeconds));
 }
 

@@ -11,6 +11,7 @@ import {
   SQSClient,
 } from '@aws-sdk/client-sqs';
 import definitions from '../../infra/queues.json' with { type: 'json' };
+import { type AwsTimeouts, boundedAwsClientOptions } from './aws-clients.ts';
 import { QueueUnavailableError } from './errors.ts';
 import { type BatchEntry, type BatchOutcome, createSendBatcher } from './send-batcher.ts';
 
@@ -69,8 +70,14 @@ export interface QueuesOptions {
   client?: SQSClient;
 }
 
-export function createSqsClient(options: { endpoint?: string; region?: string }): SQSClient {
+export function createSqsClient(options: {
+  endpoint?: string;
+  region?: string;
+  timeouts?: AwsTimeouts;
+}): SQSClient {
   return new SQSClient({
+    // Bounded: an endpoint that accepts and never answers fails the call, it does not hang it.
+    ...boundedAwsClientOptions(options.timeouts),
     region: options.region ?? process.env.AWS_REGION ?? 'us-east-1',
     ...(options.endpoint
       ? {
@@ -83,7 +90,6 @@ export function createSqsClient(options: { endpoint?: string; region?: string })
           },
         }
       : {}),
-    maxAttempts: 3,
   });
 }
 

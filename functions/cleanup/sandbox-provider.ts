@@ -1,4 +1,4 @@
-import { ReleaseLockTimeoutError } from './errors.ts';
+import { type CleanupError, isCleanupError, ReleaseLockTimeoutError } from './errors.ts';
 import { KeyedLock } from './keyed-lock.ts';
 import type { ReleaseOutcome, ReleaseResult } from './types.ts';
 
@@ -10,6 +10,24 @@ export interface DeleteSandboxRequest {
   deleteTimeoutMs: number;
   /** The caller's deadline (the whole release); aborting it really closes the request. */
   signal?: AbortSignal;
+  /**
+   * Called when an attempt ended without an answer after its request may have reached the
+   * provisioner (a reset) and the client tries again: that first DELETE may still be carried out.
+   */
+  onUnansweredAttempt?: (error: CleanupError) => void;
+}
+
+/**
+ * The `details` key a client sets on a failure after which the provisioner may still be carrying
+ * a DELETE out, whatever the failure's status says: the retry of a request that went unanswered
+ * (reset after it may have been written), or a 202 (accepted, not done yet). The release then
+ * keeps the scope's delete-in-flight window instead of ending it.
+ */
+export const DELETE_MAY_STILL_ACT = 'deleteMayStillAct';
+
+/** Whether a failed release leaves a DELETE the provisioner may still carry out. */
+export function deleteMayStillAct(error: unknown): boolean {
+  return isCleanupError(error) && error.details[DELETE_MAY_STILL_ACT] === true;
 }
 
 /**
@@ -76,14 +94,18 @@ export class SandboxProvider {
     });
     const lockWaitMs = performance.now() - waitStarted;
     const deleteStarted = performance.now();
+    let unansweredAttempts = 0;
     try {
       const outcome = await client.deleteSandbox({
         sandboxId: ref.sandboxId,
         generation: ref.generation,
         deleteTimeoutMs: provisionerDeleteTimeoutMs,
         ...(signal ? { signal } : {}),
+        onUnansweredAttempt: () => {
+          unansweredAttempts += 1;
+        },
       });
-      return { outcome, lockWaitMs, deleteMs: performance.now() - deleteStarted };
+      return { outcome, lockWaitMs, deleteMs: performance.now() - deleteStarted, unansweredAttempts };
     } finally {
       unlock();
     }

@@ -81,6 +81,12 @@ export interface ReleaseResult {
   outcome: ReleaseOutcome;
   lockWaitMs: number;
   deleteMs: number;
+  /**
+   * Requests of this release that went unanswered (reset after they may have been written) before
+   * the one answered: the provisioner may still be carrying them out, so the delete-in-flight
+   * record keeps a residual window instead of ending. 0 or absent: none.
+   */
+  unansweredAttempts?: number;
 }
 
 export const FinalizeOutcome = {

@@ -21,7 +21,7 @@ import {
   endRelease,
   ReleaseGuard,
 } from '../cleanup/release-guard.ts';
-import { SandboxProvider } from '../cleanup/sandbox-provider.ts';
+import { deleteMayStillAct, SandboxProvider } from '../cleanup/sandbox-provider.ts';
 import type { ReleaseResult } from '../cleanup/types.ts';
 
 /**
@@ -93,6 +93,8 @@ export function createReleaseHandler(
           return;
         }
         const { inFlight } = guard;
+        /** How long a request we stopped waiting for may still act at the provisioner. */
+        const residualSeconds = config.provisionerDeleteTimeoutSeconds + DELETE_IN_FLIGHT_MARGIN_SECONDS;
         const started = performance.now();
         let result: ReleaseResult;
         try {
@@ -101,17 +103,19 @@ export function createReleaseHandler(
           countFailure(error);
           // Ended without an answer: the provisioner may still carry the request out for its own
           // delete time, so the scope stays quarantined that long (never longer than the record).
+          // A request that went unanswered before this failure (reset after it may have been
+          // written), or a 202, may still be acting, whatever the failure's status says.
           await settle(
             inFlight,
-            deleteSettledBy(error)
-              ? undefined
-              : config.provisionerDeleteTimeoutSeconds + DELETE_IN_FLIGHT_MARGIN_SECONDS,
+            deleteSettledBy(error) && !deleteMayStillAct(error) ? undefined : residualSeconds,
           );
           throw error;
         }
-        // Answered: nothing of this attempt can act any more. Lowered before finalize is
-        // published, so the scope opens as soon as its fence clears.
-        await settle(inFlight);
+        // Answered: nothing of this attempt can act any more, unless one of its requests went
+        // unanswered before the answer came (a reset after the request may have been written):
+        // the provisioner may still be carrying that one out, so the residual window stays. Lowered
+        // before finalize is published, so the scope opens as soon as its fence clears.
+        await settle(inFlight, result.unansweredAttempts ? residualSeconds : undefined);
         try {
           telemetry.count(MetricName.RELEASE_SUCCEEDED, { outcome: result.outcome });
           telemetry.milliseconds(MetricName.RELEASE_DURATION, performance.now() - started);
@@ -122,6 +126,7 @@ export function createReleaseHandler(
             outcome: result.outcome,
             lockWaitMs: Math.round(result.lockWaitMs),
             deleteMs: Math.round(result.deleteMs),
+            ...(result.unansweredAttempts ? { unansweredAttempts: result.unansweredAttempts } : {}),
           });
         } catch (error) {
           countFailure(error);

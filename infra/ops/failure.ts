@@ -17,6 +17,8 @@ const EXIT_CODE_OF_CLEANUP_ERROR: Partial<Record<string, ExitCode>> = {
   [ErrorCode.RUN_NOT_TERMINAL]: ExitCode.REFUSED,
   [ErrorCode.SCOPE_ACTIVE]: ExitCode.REFUSED,
   [InfrastructureErrorCode.DATABASE_UNAVAILABLE]: ExitCode.UNREACHABLE,
+  // A refused login (a wrong or missing password): the database cannot be used, like one down.
+  [InfrastructureErrorCode.DATABASE_AUTH_FAILED]: ExitCode.UNREACHABLE,
   [InfrastructureErrorCode.QUEUE_UNAVAILABLE]: ExitCode.UNREACHABLE,
   [InfrastructureErrorCode.DATABASE_LOCK_TIMEOUT]: ExitCode.BUSY,
   [ErrorCode.DELETE_IN_FLIGHT]: ExitCode.BUSY,

@@ -5,7 +5,7 @@
  * error class with a stable code and the right `retryable`.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { type AddressInfo, createServer as createTcpServer, type Socket } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { MAX_RESPONSE_BODY_BYTES, ProvisionerClient } from '../../functions/adapters/provisioner-client.ts';
 import {
@@ -207,7 +207,7 @@ describe('contract replies (contract §3)', () => {
     },
   );
 
-  it.each([202, 301, 302, 307])(
+  it.each([301, 302, 307])(
     'never counts %i as a confirmed delete (ProvisionerBadResponseError)',
     async (status) => {
       const { sandboxId, generation } = await liveSandbox();
@@ -262,6 +262,8 @@ describe('409 bodies outside the contract', () => {
     );
 
     expect(error).toBeInstanceOf(ProvisionerBadResponseError);
+    expect(error).toMatchObject({ retryable: false, details: { status: 409, currentGeneration: 3 } });
+    expect((error as Error).message).toContain('naming the generation being deleted (3)');
   });
 
   it('refuses an oversized 409 body without reading it all, even though it names a newer generation', async () => {
@@ -397,7 +399,7 @@ describe('a 200 must carry a JSON object (contract v1.1 §3)', () => {
     ['application/json', '{"deleted":true,"generation":1}'],
     ['application/json; charset=utf-8', '{}'],
     ['Application/JSON', ' {"status":"deleted"} '],
-    ['application/problem+json', '{"detail":"deleted"}'],
+    ['application/vnd.provisioner+json', '{"detail":"deleted"}'],
   ])('accepts a 200 of type %s with a JSON object as DELETED', async (contentType, body) => {
     const hostile = await startHostileServer((_request, response) => {
       response.writeHead(200, { 'content-type': contentType }).end(body);
@@ -620,7 +622,7 @@ describe('the request path', () => {
     ['a NUL', 'sbx\u0000'],
     ['a tab', 'sb\tx'],
     ['a DEL', 'sbx\u007f'],
-    ['over 512 characters', 'x'.repeat(513)],
+    ['over 4096 characters (the message limit)', 'x'.repeat(4_097)],
   ])('rejects an id that is %s before sending anything', async (_name, sandboxId) => {
     const hostile = await startHostileServer((_request, response) => {
       response.writeHead(200).end();
@@ -633,5 +635,190 @@ describe('the request path', () => {
     expect(error).toBeInstanceOf(InvalidMessageError);
     expect(error).toMatchObject({ code: ErrorCode.MESSAGE_INVALID, retryable: false });
     expect(hostile.targets).toEqual([]);
+  });
+});
+
+describe('odd replies get a defined outcome (contract v1.1 §3)', () => {
+  const request = (url: string) =>
+    clientOf(url).deleteSandbox({ sandboxId: 'sbx', generation: 1, deleteTimeoutMs: 5_000 });
+
+  it.each([
+    [
+      'a problem report (RFC 9457)',
+      'application/problem+json',
+      '{"type":"about:blank","title":"Deleted"}',
+      'problem report',
+    ],
+    ['ok: false', 'application/json', '{"ok":false}', 'body reports a failure (ok: false)'],
+    [
+      'success: false',
+      'application/json',
+      '{"success":false,"message":"quota exceeded"}',
+      'body reports a failure (success: false): "quota exceeded"',
+    ],
+    [
+      'an error',
+      'application/json',
+      '{"error":{"code":"E_BUSY","message":"still running"}}',
+      'body reports a failure (error is set)',
+    ],
+  ])(
+    'refuses a 200 carrying %s: PROVISIONER_UNCONFIRMED, dead-lettered with the reason',
+    async (_name, contentType, body, refusal) => {
+      const hostile = await startHostileServer((_request, response) => {
+        response.writeHead(200, { 'content-type': contentType }).end(body);
+      });
+
+      const error = await rejectionOf(request(hostile.url));
+
+      expect(error).toBeInstanceOf(ProvisionerUnconfirmedError);
+      expect(error).toMatchObject({ retryable: false });
+      expect((error as ProvisionerUnconfirmedError).details.refusal).toContain(refusal);
+    },
+  );
+
+  it.each([
+    ['ok: true', '{"ok":true}'],
+    ['error: null', '{"error":null,"deleted":true}'],
+  ])('still confirms a 200 whose body says %s', async (_name, body) => {
+    const hostile = await startHostileServer((_request, response) => {
+      response.writeHead(200, { 'content-type': 'application/json' }).end(body);
+    });
+    expect(await request(hostile.url)).toBe(ReleaseOutcome.DELETED);
+  });
+
+  it.each([
+    [403, ProvisionerRejectedError, false],
+    [422, ProvisionerRejectedError, false],
+    [503, ProvisionerUnavailableError, true],
+  ])(
+    'decides a %i problem report by its status, and puts its title and detail in the reason',
+    async (status, type, retryable) => {
+      const hostile = await startHostileServer((_request, response) => {
+        response.writeHead(status, { 'content-type': 'application/problem+json' }).end(
+          JSON.stringify({
+            type: 'https://errors.example/quota',
+            title: 'Quota exceeded',
+            detail: 'tenant\nover limit',
+          }),
+        );
+      });
+
+      const error = (await rejectionOf(request(hostile.url))) as InstanceType<typeof type>;
+
+      expect(error).toBeInstanceOf(type);
+      expect(error.retryable).toBe(retryable);
+      expect(error.message).toContain(`${status}`);
+      expect(error.message).toContain('"Quota exceeded — tenant over limit"');
+      expect(error.details.problem).toBe('"Quota exceeded — tenant over limit"');
+    },
+  );
+
+  it('bounds the explanation of a huge problem report, and ignores one past the body limit', async () => {
+    const hostile = await startHostileServer((httpRequest, response) => {
+      const detail = httpRequest.url?.includes('huge')
+        ? 'y'.repeat(MAX_RESPONSE_BODY_BYTES * 2)
+        : 'x'.repeat(10_000);
+      response
+        .writeHead(403, { 'content-type': 'application/problem+json' })
+        .end(JSON.stringify({ title: 'No', detail }));
+    });
+
+    const long = (await rejectionOf(request(hostile.url))) as ProvisionerRejectedError;
+    expect(long.code).toBe(ErrorCode.PROVISIONER_REJECTED);
+    expect(String(long.details.problem).length).toBeLessThan(220);
+
+    const huge = (await rejectionOf(
+      clientOf(hostile.url).deleteSandbox({ sandboxId: 'huge', generation: 1, deleteTimeoutMs: 5_000 }),
+    )) as ProvisionerRejectedError;
+    expect(huge.code).toBe(ErrorCode.PROVISIONER_REJECTED);
+    expect(huge.details.problem).toBeUndefined();
+  });
+
+  it('retries a 202 (accepted, not done yet), never a confirmation, and says the delete may still act', async () => {
+    const hostile = await startHostileServer((_request, response) => {
+      response.writeHead(202, { 'content-type': 'application/json' }).end('{"status":"deleting"}');
+    });
+    const error = await rejectionOf(request(hostile.url));
+    expect(error).toBeInstanceOf(ProvisionerUnavailableError);
+    expect(error).toMatchObject({ retryable: true, details: { status: 202, deleteMayStillAct: true } });
+  });
+
+  it.each([201, 206, 302])('refuses a %i as a bad response, not a confirmation', async (status) => {
+    const hostile = await startHostileServer((_request, response) => {
+      response.writeHead(status, { 'content-type': 'application/json', location: '/elsewhere' }).end('{}');
+    });
+    const error = await rejectionOf(request(hostile.url));
+    expect(error).toBeInstanceOf(ProvisionerBadResponseError);
+    expect(error).toMatchObject({ retryable: false, details: { status } });
+  });
+
+  // Replies node:http refuses to send: written byte by byte on a raw TCP socket.
+  const rawServers: Array<{ close(): void }> = [];
+  afterEach(() => {
+    for (const server of rawServers.splice(0)) server.close();
+  });
+  async function rawServer(reply: string, then: 'keep' | 'close' = 'keep'): Promise<string> {
+    const sockets = new Set<Socket>();
+    const server = createTcpServer((socket) => {
+      sockets.add(socket);
+      socket.once('data', () => {
+        socket.write(reply);
+        if (then === 'close') setTimeout(() => socket.end(), 50);
+      });
+      socket.on('error', () => {});
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    rawServers.push({
+      close: () => {
+        for (const socket of sockets) socket.destroy();
+        server.close();
+      },
+    });
+    return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  }
+
+  it.each([600, 999])(
+    'refuses status %i, outside HTTP’s range, as a bad response (dead letter)',
+    async (status) => {
+      const url = await rawServer(`HTTP/1.1 ${status} Odd\r\ncontent-length: 0\r\n\r\n`);
+      const error = await rejectionOf(request(url));
+      expect(error).toBeInstanceOf(ProvisionerBadResponseError);
+      expect(error).toMatchObject({ retryable: false, details: { status } });
+      expect((error as Error).message).toContain("outside HTTP's range");
+    },
+  );
+
+  it.each([
+    ['a four-digit status', 'HTTP/1.1 1000 Odd\r\ncontent-length: 0\r\n\r\n'],
+    ['a status below 100', 'HTTP/1.1 099 Odd\r\ncontent-length: 0\r\n\r\n'],
+    [
+      'a 100 Continue nobody asked for',
+      'HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n',
+    ],
+    ['a line that is not HTTP at all', 'SSH-2.0-OpenSSH_9.6\r\n'],
+  ])(
+    'refuses %s as not HTTP/1.1: a bad response naming the URL, not an internal error',
+    async (_name, reply) => {
+      const url = await rawServer(reply);
+      const error = await rejectionOf(request(url));
+      expect(error).toBeInstanceOf(ProvisionerBadResponseError);
+      expect(error).toMatchObject({ retryable: false });
+      expect((error as Error).message).toMatch(/not valid HTTP\/1\.1 .*SANDBOX_PROVISIONER_URL/);
+    },
+  );
+
+  it('retries an informational answer followed by a closed connection (retryable, no confirmation)', async () => {
+    const url = await rawServer('HTTP/1.1 199 Odd\r\n\r\n', 'close');
+    const error = await rejectionOf(request(url));
+    expect(error).toBeInstanceOf(ProvisionerConnectionError);
+    expect(error).toMatchObject({ retryable: true });
+  });
+
+  it('skips a 103 Early Hints and takes the final answer', async () => {
+    const url = await rawServer(
+      'HTTP/1.1 103 Early Hints\r\nlink: </style.css>\r\n\r\nHTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n',
+    );
+    expect(await request(url)).toBe(ReleaseOutcome.ABSENT);
   });
 });

@@ -275,3 +275,84 @@ describe('secrets', () => {
     expect(error.message).toContain('admin');
   });
 });
+
+describe('upper bounds: a duration longer than a timer can hold is refused, not fired at once', () => {
+  const DURATIONS = POSITIVE_INTEGER_VARIABLES.filter((name) => /_(MS|SECONDS)$/.test(name));
+  // Each unit's largest value a timer holds, and the next one.
+  const timerMax = (name: string) => (name.endsWith('_MS') ? 2 ** 31 - 1 : Math.floor((2 ** 31 - 1) / 1000));
+
+  it.each(DURATIONS.filter((name) => !name.startsWith('CLEANUP_RETRY_')))(
+    'refuses %s one past the timer limit, and names the bound',
+    (variable) => {
+      const tooLong = String(timerMax(variable) + 1);
+      const error = configErrorOf({ [variable]: tooLong });
+      expect(error.variable).toBe(variable);
+      expect(error.message).toContain(`must be at most ${timerMax(variable)}`);
+      expect(error.message).toContain('timer');
+    },
+  );
+
+  it('really needs the bound: a timer past 2^31-1 ms fires at once (Node prints a TimeoutOverflowWarning)', async () => {
+    const fired = await new Promise<boolean>((resolve) => {
+      const timer = setTimeout(() => resolve(true), 2 ** 31);
+      setTimeout(() => {
+        clearTimeout(timer);
+        resolve(false);
+      }, 200);
+    });
+    expect(fired).toBe(true);
+  });
+
+  it('accepts the largest value of each duration the other rules allow', () => {
+    expect(loadConfig({ FENCE_SWEEP_AFTER_SECONDS: String(timerMax('S')) }).fenceSweepAfterSeconds).toBe(
+      2_147_483,
+    );
+    expect(loadConfig({ DATABASE_LOCK_TIMEOUT_MS: String(2 ** 31 - 1) }).databaseLockTimeoutMs).toBe(
+      2 ** 31 - 1,
+    );
+  });
+
+  it.each(['CLEANUP_RETRY_BASE_SECONDS', 'CLEANUP_RETRY_MAX_SECONDS'])(
+    'refuses %s beyond SQS’s 12-hour visibility limit',
+    (variable) => {
+      const error = configErrorOf({
+        CLEANUP_RETRY_BASE_SECONDS: variable === 'CLEANUP_RETRY_BASE_SECONDS' ? '43201' : '10',
+        CLEANUP_RETRY_MAX_SECONDS: '43201',
+      });
+      expect(error.variable).toBe(
+        variable === 'CLEANUP_RETRY_BASE_SECONDS' ? variable : 'CLEANUP_RETRY_MAX_SECONDS',
+      );
+      expect(error.message).toContain('must be at most 43200');
+    },
+  );
+
+  it('refuses an absurd connection budget', () => {
+    expect(configErrorOf({ DATABASE_MAX_CONNECTIONS: '1000000' }).message).toContain(
+      'must be at most 262143',
+    );
+  });
+});
+
+describe('SANDBOX_PROVISIONER_URL must be http(s)', () => {
+  it.each([
+    'file:///etc/passwd',
+    'ftp://provisioner.internal/',
+    'javascript:alert(1)',
+    'data:text/plain,hi',
+    'htp://provisioner.internal',
+    'ws://provisioner.internal',
+  ])('refuses %s at config load with a clear message', (url) => {
+    const config = loadConfig({ SANDBOX_PROVISIONER_URL: url });
+    expect(() => requireProvisionerUrl(config)).toThrow(ConfigError);
+    expect(() => validProvisionerUrl(config)).toThrow(
+      /SANDBOX_PROVISIONER_URL=.* must be an http:\/\/ or https:\/\/ URL/,
+    );
+  });
+
+  it.each(['http://provisioner.internal:8080', 'https://provisioner.example.com/base/'])(
+    'accepts %s',
+    (url) => {
+      expect(requireProvisionerUrl(loadConfig({ SANDBOX_PROVISIONER_URL: url }))).toBe(url);
+    },
+  );
+});

@@ -5,11 +5,14 @@
  */
 import { describe, expect, it } from 'vitest';
 import {
+  assertSendable,
   FinalizeCommand,
+  MESSAGE_FIELD_LIMITS,
   parseMessage,
   ReleaseCommand,
   RunFinishedMessage,
   RuntimeCleanedEvent,
+  SQS_MAX_BODY_BYTES,
 } from '../../functions/adapters/messages.ts';
 import { ErrorCode, InvalidMessageError } from '../../functions/cleanup/errors.ts';
 
@@ -107,7 +110,9 @@ describe('release, finalize and cleaned bodies', () => {
     ['a generation as a string', { generation: '3' }],
     ['a requestedAt that is not a timestamp', { requestedAt: 'yesterday' }],
     ['a missing uid', { uid: undefined }],
-    ['a Workdir over 4096 characters', { workdirPath: 'p'.repeat(4_097) }],
+    ['a Workdir over 16384 characters', { workdirPath: 'p'.repeat(16_385) }],
+    ['a scope id over 4096 characters', { runtimeScopeId: 's'.repeat(4_097) }],
+    ['a sandbox id over 4096 characters', { sandboxId: 'x'.repeat(4_097) }],
   ])('refuses a release command with %s', (_name, change) => {
     const body = JSON.stringify({ ...identity, requestedAt: '2025-01-02T03:04:05.678Z', ...change });
     expect(invalid(ReleaseCommand, body).details.reason).toBe('wrong_shape');
@@ -137,5 +142,78 @@ describe('release, finalize and cleaned bodies', () => {
     };
     expect(parseMessage(RuntimeCleanedEvent, JSON.stringify(event))).toEqual(event);
     invalid(RuntimeCleanedEvent, JSON.stringify({ ...event, cleanedAt: 1735787045 }));
+  });
+});
+
+describe('field limits agree with what one SQS message can carry', () => {
+  const atLimit = (unit: string, limit: number) => unit.repeat(limit);
+
+  it.each([
+    ['a control character (a six-byte JSON escape)', '\u0001'],
+    ['a three-byte UTF-8 character', '€'],
+    ['a quote (a two-byte escape)', '"'],
+  ])(
+    'keeps a release and a finalize body with every field at its limit, made of %s, under 256 KiB',
+    (_name, unit) => {
+      const widest = {
+        runId: atLimit(unit, MESSAGE_FIELD_LIMITS.id),
+        uid: atLimit(unit, MESSAGE_FIELD_LIMITS.id),
+        runtimeScopeId: atLimit(unit, MESSAGE_FIELD_LIMITS.id),
+        workdirPath: atLimit(unit, MESSAGE_FIELD_LIMITS.workdirPath),
+        sandboxId: atLimit(unit, MESSAGE_FIELD_LIMITS.id),
+        generation: Number.MAX_SAFE_INTEGER,
+        fenceSetAt: atLimit(unit, MESSAGE_FIELD_LIMITS.fenceSetAt),
+      };
+      const release = { ...widest, requestedAt: '2025-01-02T03:04:05.678Z' };
+      const finalize = {
+        ...widest,
+        releaseOutcome: 'superseded',
+        releasedAt: '2025-01-02T03:04:05.678Z',
+        deferrals: 10_000,
+      };
+      for (const [schema, body] of [
+        [ReleaseCommand, release],
+        [FinalizeCommand, finalize],
+      ] as const) {
+        const text = JSON.stringify(body);
+        // Room left for the dead-letter attributes (reason ≤ 300 characters and a few short ones).
+        expect(Buffer.byteLength(text, 'utf8')).toBeLessThan(SQS_MAX_BODY_BYTES - 4_096);
+        expect(parseMessage(schema, text)).toEqual(body);
+        expect(() => assertSendable(schema, body, 'q')).not.toThrow();
+      }
+    },
+  );
+
+  it('accepts a 600-character scope id and sandbox id (the old 256/512 limits refused them)', () => {
+    const command = {
+      ...identity,
+      runtimeScopeId: 's'.repeat(600),
+      sandboxId: `sbx-${'s'.repeat(600)}`,
+      requestedAt: '2025-01-02T03:04:05.678Z',
+    };
+    expect(parseMessage(ReleaseCommand, JSON.stringify(command))).toEqual(command);
+  });
+
+  it('refuses to send a body its consumer would refuse, naming the field and its length (non-retryable)', () => {
+    const body = { ...identity, runtimeScopeId: 's'.repeat(5_000), requestedAt: '2025-01-02T03:04:05.678Z' };
+    let error: InvalidMessageError | undefined;
+    try {
+      assertSendable(ReleaseCommand, body, 'runtime-release.fifo');
+    } catch (failure) {
+      error = failure as InvalidMessageError;
+    }
+    expect(error).toBeInstanceOf(InvalidMessageError);
+    expect(error).toMatchObject({
+      retryable: false,
+      details: {
+        reason: 'field_too_long',
+        field: 'runtimeScopeId',
+        length: 5_000,
+        queue: 'runtime-release.fifo',
+      },
+    });
+    expect(error!.message).toBe(
+      'cannot send to runtime-release.fifo: runtimeScopeId is 5000 characters, more than the 4096 a cleanup message carries',
+    );
   });
 });

@@ -18,6 +18,7 @@ const CLI = fileURLToPath(new URL('../../infra/ops/cli.ts', import.meta.url));
 
 /** Clears the screen, homes the cursor, rewrites the line, and a C1 CSI, and a fake next line. */
 const HOSTILE = '\u001b[2J\u001b[H\rOK\b\b\u009b31m\u202eevil\nFENCE CLEARED';
+// biome-ignore lint/suspicious/noControlCharactersInRegex: finding raw control characters is the point.
 const RAW_CONTROLS = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/;
 
 let t: TestDatabase;

@@ -105,6 +105,8 @@ const DATABASE_FAILURES: ReadonlySet<string> = new Set([
   InfrastructureErrorCode.DATABASE_UNAVAILABLE,
   OpsErrorCode.DATABASE_NOT_FOUND,
   OpsErrorCode.DATABASE_LOGIN_REFUSED,
+  OpsErrorCode.DATABASE_READ_ONLY,
+  OpsErrorCode.SCHEMA_NOT_MIGRATED,
 ]);
 
 function failureLine(commandName: string, failure: Failure, context: OpsContext | undefined): string {
@@ -112,9 +114,9 @@ function failureLine(commandName: string, failure: Failure, context: OpsContext 
   if (failure.code === InfrastructureErrorCode.CONFIG_INVALID) return oneLine(failure.message);
   const where =
     DATABASE_FAILURES.has(failure.code) && context
-      ? ` (database: ${context.describe.database})`
+      ? ` (DATABASE_URL=${context.describe.database})`
       : failure.code === InfrastructureErrorCode.QUEUE_UNAVAILABLE && context
-        ? ` (SQS: ${context.describe.sqs})`
+        ? ` (SQS: ${context.describe.sqs}${context.config.sqsEndpoint ? ', from AWS_ENDPOINT_URL_SQS' : ''})`
         : '';
   // The message may quote a run id or a reason from the database: one line, controls escaped.
   return oneLine(`ops ${commandName}: ${failure.message}${where} [${failure.code}]`);

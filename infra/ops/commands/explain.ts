@@ -81,7 +81,9 @@ function render(explanation: Explanation): string {
           },
         ]
       : []),
-    ...(explanation.deadLettersComplete === false ? ['  (peek capped: there may be more)'] : []),
+    ...(explanation.deadLettersComplete === false
+      ? [`  (the listing may be incomplete: ${explanation.deadLettersIncomplete ?? 'unknown'})`]
+      : []),
     '',
     'Diagnosis',
     ...explanation.diagnosis.map((line) => `  - ${line}`),
@@ -102,14 +104,22 @@ export const explainCommand: Command = {
     const runId = input.positionals[0]!;
     const db = await context.database();
     const fromDatabase = await readRunFacts(db, runId);
-    let fromQueues: Pick<RunFacts, 'deadLetters' | 'deadLettersComplete' | 'deadLettersError'>;
+    let fromQueues: Pick<
+      RunFacts,
+      'deadLetters' | 'deadLettersComplete' | 'deadLettersIncomplete' | 'deadLettersError'
+    >;
     let queueFailure: ReturnType<typeof describeFailure> | undefined;
     try {
       fromQueues = { ...(await readDeadLettersOf(context.queues(), runId)), deadLettersError: null };
     } catch (error) {
       // The database half is still worth showing; the exit code says the picture is incomplete.
       queueFailure = describeFailure(error);
-      fromQueues = { deadLetters: [], deadLettersComplete: null, deadLettersError: queueFailure.message };
+      fromQueues = {
+        deadLetters: [],
+        deadLettersComplete: null,
+        deadLettersIncomplete: null,
+        deadLettersError: queueFailure.message,
+      };
     }
     const facts = { ...fromDatabase, ...fromQueues };
     const explanation: Explanation = {

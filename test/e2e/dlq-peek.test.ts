@@ -159,7 +159,9 @@ describe('ops dlq', () => {
     expect(report.messages).toBe(5);
     expect(report.peeked).toBe(3);
     expect(report.complete).toBe(false);
-    expect(report.incompleteBecause).toContain('2 were hidden by someone else (a peek or a redrive in progress)');
+    expect(report.incompleteBecause).toContain(
+      '2 were hidden by someone else (a peek or a redrive in progress)',
+    );
     const text = await ops(['dlq']);
     expect(text.stdout).toContain(
       `${STANDARD_DLQ} (the listing may be incomplete: 3 of about 5 letters seen`,

@@ -46,7 +46,10 @@ async function main(): Promise<void> {
       process.exit(130);
     }
     stopping = true;
-    log('INFO', 'stack stopping', { signal });
+    log('INFO', 'stack stopping', {
+      signal,
+      note: 'provisioner DELETEs still in flight are aborted, not waited for: their fences stay up and their cleanups resume when the stack runs again',
+    });
     await stack.stop();
     log('INFO', 'stack stopped');
     process.exit(0);

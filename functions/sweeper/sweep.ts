@@ -12,13 +12,6 @@ import type { Queues } from '../adapters/queues.ts';
  * Claiming uses `FOR UPDATE SKIP LOCKED`: two sweepers never announce the same fence in one
  * period, and a fence whose row a cleanup transaction holds is simply taken next tick.
  *
- * A fence whose scope has a release DELETE in flight (the release guard's record is live) is not
- * announced again then: its cleanup is alive, mid-delete or waiting out a delete that may still
- * land. A second announcement would start a second chain beside it — a second release command
- * queued behind the first in the scope's FIFO group, refused or retried while the record lasts —
- * and, when the provisioner keeps failing, a second dead letter for the same run. It is taken on
- * the first tick after the record ends.
- *
  * A fence's age runs from `runtime_cleanup_pending_since`; a fence raised by a write that
  * bypassed the trigger maintaining it (NULL there) is aged from when its run finished, else from
  * the row's last update, instead of being invisible to the claim, the backlog figures and the
@@ -34,10 +27,6 @@ export const CLAIM_DUE_FENCES = `
     WHERE runtime_cleanup_pending AND run_type <> 'subagent'
       AND greatest(coalesce(runtime_cleanup_pending_since, finished_at, updated_at), runtime_cleanup_announced_at)
           <= now() - make_interval(secs => $1::int)
-      AND NOT EXISTS (
-        SELECT 1 FROM sandbox_runtimes s
-        WHERE s.uid = agent_runs.uid AND s.runtime_scope_id = agent_runs.runtime_scope_id
-          AND s.delete_in_flight_until > now())
     ORDER BY greatest(coalesce(runtime_cleanup_pending_since, finished_at, updated_at), runtime_cleanup_announced_at)
     LIMIT $2::int
     FOR UPDATE SKIP LOCKED

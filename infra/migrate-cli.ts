@@ -2,10 +2,23 @@
 import { loadConfig, refuseParameterWithoutUrl } from '../functions/adapters/config.ts';
 import { describeDatabase } from '../functions/adapters/database.ts';
 import { redactSecrets } from '../functions/adapters/redact.ts';
+import { acceptNoOptionCommandLine } from './command-line.ts';
 import { closeLocalBridge, openLocalDatabase } from './local/database.ts';
 import { migrate } from './migrate.ts';
 
+const USAGE = `Usage: npm run migrate [-- --help]
+
+Applies the migrations in infra/migrations to the database DATABASE_URL names (default:
+postgres://postgres@127.0.0.1:5432/postgres), in one transaction under an advisory lock, and exits.
+Idempotent: migrations already applied are skipped. Takes no options.
+
+Variables: DATABASE_URL, DATABASE_WS_PROXY, DATABASE_CONNECT_TIMEOUT_MS,
+DATABASE_LOCK_TIMEOUT_MS, DATABASE_STATEMENT_TIMEOUT_MS (DATABASE_URL_PARAMETER is not read here:
+export DATABASE_URL from the parameter first).
+Exit status: 0 applied or up to date, 1 failed, 2 usage error.`;
+
 async function main(): Promise<void> {
+  if (!acceptNoOptionCommandLine('npm run migrate', USAGE, process.argv.slice(2))) return;
   const config = loadConfig();
   refuseParameterWithoutUrl(config);
   const url = config.databaseUrl ?? 'postgres://postgres@127.0.0.1:5432/postgres';

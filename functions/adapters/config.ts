@@ -148,6 +148,24 @@ function optionalUrl(env: Env, name: string): string | undefined {
  * A connection string or URL as it may be printed: its password and token-like query values
  * hidden, in URL or keyword form (the one implementation is `redactConnectionString`).
  */
+/**
+ * DATABASE_URL: a URL whose scheme is PostgreSQL's. A `mysql://` (or `http://`) URL parses as a
+ * URL, and used to fail only later, as an unreachable database or a driver error naming nothing.
+ */
+function optionalPostgresUrl(env: Env, name: string): string | undefined {
+  const url = optionalUrl(env, name);
+  if (url === undefined) return undefined;
+  const scheme = new URL(url).protocol;
+  if (scheme !== 'postgres:' && scheme !== 'postgresql:') {
+    throw new ConfigError(
+      name,
+      redactUrl(url),
+      `must be a postgres:// or postgresql:// URL: ${scheme}// is not PostgreSQL, and this project speaks only PostgreSQL`,
+    );
+  }
+  return url;
+}
+
 export function redactUrl(raw: string): string {
   return redactConnectionString(raw);
 }
@@ -183,7 +201,7 @@ export function loadConfig(env: Env = process.env): CleanupConfig {
       `must be greater than DATABASE_STATEMENT_TIMEOUT_MS (${databaseStatementTimeoutMs})`,
     );
   }
-  const databaseUrl = optionalUrl(env, 'DATABASE_URL');
+  const databaseUrl = optionalPostgresUrl(env, 'DATABASE_URL');
   const databaseUrlParameter = optionalParameterName(env, 'DATABASE_URL_PARAMETER');
   if (databaseUrl && databaseUrlParameter) {
     throw new ConfigError(

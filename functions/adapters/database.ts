@@ -4,6 +4,7 @@ import { isCleanupError } from '../cleanup/errors.ts';
 import type { Database, Executor } from '../cleanup/executor.ts';
 import { CONFIG_DEFAULTS, redactUrl } from './config.ts';
 import { DatabaseAuthenticationError, DatabaseLockTimeoutError, DatabaseUnavailableError } from './errors.ts';
+import { isLoopbackHost } from './loopback.ts';
 
 export type { Database, Executor };
 
@@ -127,7 +128,7 @@ function configureDriver(wsProxy: string | undefined): void {
   neonConfig.webSocketConstructor = WebSocket as unknown as typeof neonConfig.webSocketConstructor;
   if (!wsProxy) return;
   neonConfig.wsProxy = (host, port) =>
-    /^(127\.|localhost$|::1$|\[::1\]$)/.test(host) ? `${wsProxy}/v1?address=${host}:${port}` : `${host}/v2`;
+    isLoopbackHost(host) ? `${wsProxy}/v1?address=${host}:${port}` : `${host}/v2`;
   neonConfig.useSecureWebSocket = false;
   neonConfig.pipelineTLS = false;
   // The default ('password') fails against trust and SCRAM auth on a plain PostgreSQL.

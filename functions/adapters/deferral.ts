@@ -10,6 +10,26 @@ import { backoffSeconds, MAX_SQS_DELAY_SECONDS } from './backoff.ts';
 
 export const MAX_DEFERRALS = 12;
 
+/**
+ * The message attribute the cleanup's own deferred re-send carries beside the body's `deferrals`.
+ * `run-finished` is a public queue: the platform (or a sloppy integration copying bodies around)
+ * may send `{"runId": …, "deferrals": 11}` and cut the chain short, or a huge or negative number.
+ * The body's count is trusted only when this attribute, which only announceRunFinished sets,
+ * repeats it, and only within 1…MAX_DEFERRALS; anything else starts the chain afresh. (A sender
+ * with send rights could forge both: keeping those to the platform and this system is IAM's job;
+ * the worst it can do is end a chain early, after which the sweeper announces the fence again.)
+ */
+export const DEFERRALS_ATTRIBUTE = 'cleanupDeferrals';
+
+export function trustedDeferrals(
+  bodyDeferrals: number | undefined,
+  attributeValue: string | undefined,
+): number | undefined {
+  if (bodyDeferrals === undefined || attributeValue === undefined) return undefined;
+  if (!/^\d{1,5}$/.test(attributeValue) || Number(attributeValue) !== bodyDeferrals) return undefined;
+  return bodyDeferrals >= 1 && bodyDeferrals <= MAX_DEFERRALS ? bodyDeferrals : undefined;
+}
+
 export function nextDeferral(
   previousDeferrals: number | undefined,
   policy: { baseSeconds: number; maxSeconds: number },

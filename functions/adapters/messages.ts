@@ -49,7 +49,9 @@ const isoTimestamp = z.iso.datetime({ offset: true });
 
 /**
  * `run-finished`: `{"runId": "<id>"}` from the platform or the sweeper; other fields are ignored.
- * `deferrals` counts how often a fence check was put off because the scope was still busy.
+ * `deferrals` counts how often a fence check was put off because the scope was still busy; it is
+ * read from the cleanup's own re-sends only (deferral.ts, `trustedDeferrals`): in a message from
+ * outside it is ignored.
  */
 export const RunFinishedMessage = z.object({
   runId: id,

@@ -102,8 +102,14 @@ export class ProvisionerClient implements SandboxDeleteClient {
     }
   }
 
+  /**
+   * Ends the client, aborting any DELETE still waiting for its answer rather than waiting for it
+   * (a graceful close waited up to SANDBOX_PROVISIONER_DELETE_TIMEOUT_SECONDS for a hung one, and
+   * held a stopping stack that long). Aborting is safe: the fence stays up, and the guard's
+   * delete-in-flight record keeps the scope closed for as long as the DELETE could still land.
+   */
   async close(): Promise<void> {
-    await this.#dispatcher.close();
+    await this.#dispatcher.destroy();
   }
 
   async #deleteOnce(

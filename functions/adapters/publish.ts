@@ -4,6 +4,7 @@
 import { createHash } from 'node:crypto';
 import type { CleanupIdentity, ReleaseOutcome } from '../cleanup/types.ts';
 import { MAX_SQS_DELAY_SECONDS } from './backoff.ts';
+import { DEFERRALS_ATTRIBUTE } from './deferral.ts';
 import {
   assertSendable,
   FinalizeCommand,
@@ -81,7 +82,11 @@ export async function announceRunFinished(
     ...(options.deferrals ? { deferrals: options.deferrals } : {}),
     ...(options.reason ? { reason: options.reason } : {}),
   };
-  return queues.send(QueueName.RUN_FINISHED, body, delay(options.delaySeconds));
+  return queues.send(QueueName.RUN_FINISHED, body, {
+    ...delay(options.delaySeconds),
+    // The count is trusted only with this attribute beside it (deferral.ts).
+    ...(options.deferrals ? { attributes: { [DEFERRALS_ATTRIBUTE]: String(options.deferrals) } } : {}),
+  });
 }
 
 export async function publishCleaned(queues: Queues, event: RuntimeCleanedEvent): Promise<string> {

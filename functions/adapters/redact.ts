@@ -4,8 +4,8 @@
  *
  * - URL: `postgres://user:password@host/db` keeps the user and loses the password, up to the
  *   LAST `@` of the authority (URL parsers accept a raw `@` in a password, and stopping at the
- *   first one printed the rest); token-like query parameters (`?sslpassword=`, `&token=`, `&sig=`…)
- *   lose their values.
+ *   first one printed the rest); token-like query parameters lose their values, whatever their
+ *   case and prefix (`?sslpassword=`, `&token=`, `&x-api-key=`, `&X-Amz-Signature=`, `&code=`…).
  * - keyword/value (libpq): `host=db password=secret`, `password = 'se cret'` (single quotes with
  *   `\'` and `\\` escapes), `PGPASSWORD=…`, `DB_PASSWORD: …`, `"password":"…"`: the value of any
  *   key that ends in `password` or `passwd` is hidden — a quoted value to its closing quote, a bare
@@ -77,13 +77,114 @@ function redactUrlPasswords(text: string): string {
 
 // --- Query parameters ---------------------------------------------------------------------------
 
-/** Linear: no nested quantifiers, and the value class cannot backtrack into the name. */
-const SECRET_PARAMETER =
-  /([?&](?:password|passwd|pwd|token|access_token|secret|client_secret|api_key|apikey|key|sig|signature)=)[^&\s"'#]+/gi;
+/**
+ * Names whose value is a credential, compared after lower-casing and dropping `-`, `_` and `.`
+ * (`X-Amz-Security-Token` → `xamzsecuritytoken`): a name that ENDS in one of these is secret, so
+ * prefixed forms (`x-api-key`, `client_secret`, `X-Amz-Signature`, `sessiontoken`) are covered
+ * without listing each. Hiding a harmless `?sortkey=` is the price; showing a key is not an option.
+ */
+const SECRET_NAME_ENDINGS = [
+  'password',
+  'passwd',
+  'pwd',
+  'token',
+  'secret',
+  'key',
+  'sig',
+  'signature',
+  'credential',
+  'credentials',
+  'auth',
+  'authorization',
+  'jwt',
+] as const;
+/** Secret only as the whole name: as an ending they would hide ordinary parameters (`zipcode`). */
+const SECRET_NAMES: ReadonlySet<string> = new Set(['code', 'session', 'sid', 'otp']);
 
+/** Longer parameter names are not looked at: this bounds the work per `?`/`&`. */
+const MAX_PARAMETER_NAME = 64;
+
+function isNameSeparator(c: number): boolean {
+  return c === 0x2d || c === 0x5f || c === 0x2e; // - _ .
+}
+
+/**
+ * Whether text[start, end), lower-cased and without separators, ends with `word` (`whole`: IS
+ * `word`). Compares in place, from the end: no copy per parameter, so hostile text full of
+ * parameters costs no more than reading it.
+ */
+function nameMatches(text: string, start: number, end: number, word: string, whole: boolean): boolean {
+  let at = end - 1;
+  for (let w = word.length - 1; w >= 0; w -= 1) {
+    while (at >= start && isNameSeparator(text.charCodeAt(at))) at -= 1;
+    if (at < start) return false;
+    let c = text.charCodeAt(at);
+    if (c >= 0x41 && c <= 0x5a) c += 0x20;
+    if (c !== word.charCodeAt(w)) return false;
+    at -= 1;
+  }
+  if (!whole) return true;
+  while (at >= start && isNameSeparator(text.charCodeAt(at))) at -= 1;
+  return at < start;
+}
+
+function isSecretName(text: string, start: number, end: number): boolean {
+  for (const ending of SECRET_NAME_ENDINGS) if (nameMatches(text, start, end, ending, false)) return true;
+  for (const name of SECRET_NAMES) if (nameMatches(text, start, end, name, true)) return true;
+  return false;
+}
+
+/** Whether a query parameter of this name has its value hidden (case and `-`/`_`/`.` ignored). */
+export function isSecretParameterName(name: string): boolean {
+  return isSecretName(name, 0, name.length);
+}
+
+function isNameCharacter(c: number): boolean {
+  return (
+    (c >= 0x30 && c <= 0x39) || // 0-9
+    (c >= 0x41 && c <= 0x5a) || // A-Z
+    (c >= 0x61 && c <= 0x7a) || // a-z
+    c === 0x2d || // -
+    c === 0x5f || // _
+    c === 0x2e // .
+  );
+}
+
+/** Where a value ends: `&`, `;`, `#`, a blank or a quote (what closes a URL inside a message). */
+function isValueEnd(c: number): boolean {
+  return c === 0x26 || c === 0x3b || c === 0x23 || c === 0x22 || c === 0x27 || c <= 0x20;
+}
+
+/**
+ * `?name=value` / `&name=value` / `;name=value` with a secret name: the value is hidden. One
+ * forward scan; a name is read at most MAX_PARAMETER_NAME characters far and the scan resumes
+ * after what it read, so no character is looked at more than twice.
+ */
 function redactQueryParameters(text: string): string {
   if (!text.includes('=')) return text;
-  return text.replace(SECRET_PARAMETER, `$1${REDACTED}`);
+  const out: string[] = [];
+  let copied = 0;
+  let i = 0;
+  while (i < text.length) {
+    const c = text.charCodeAt(i);
+    i += 1;
+    if (c !== 0x3f && c !== 0x26 && c !== 0x3b) continue; // ? & ;
+    const nameStart = i;
+    while (i < text.length && i - nameStart <= MAX_PARAMETER_NAME && isNameCharacter(text.charCodeAt(i)))
+      i += 1;
+    if (i === nameStart || text.charCodeAt(i) !== 0x3d) continue; // =
+    const nameEnd = i;
+    i += 1;
+    const valueStart = i;
+    while (i < text.length && !isValueEnd(text.charCodeAt(i))) i += 1;
+    if (i > valueStart && isSecretName(text, nameStart, nameEnd) && text.slice(valueStart, i) !== REDACTED) {
+      out.push(text.slice(copied, valueStart), REDACTED);
+      copied = i;
+    }
+  }
+  if (copied === 0) return text;
+  out.push(text.slice(copied));
+  return out.join('');
 }
 
 // --- Keyword/value assignments ------------------------------------------------------------------

@@ -1,7 +1,7 @@
 import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { type ConsumerDependencies, createSqsConsumer } from '../adapters/batch.ts';
 import type { Database } from '../adapters/database.ts';
-import { nextDeferral } from '../adapters/deferral.ts';
+import { DEFERRALS_ATTRIBUTE, nextDeferral, trustedDeferrals } from '../adapters/deferral.ts';
 import { deployedInfrastructure } from '../adapters/deployed-infrastructure.ts';
 import type { ComposedFunction, Infrastructure } from '../adapters/infrastructure.ts';
 import { lambdaEntry, type SqsHandler } from '../adapters/lambda.ts';
@@ -50,7 +50,12 @@ export function createFenceCheckHandler(deps: ConsumerDependencies & { db: Datab
             logger.info('fence checked; no live sandbox, finalizing');
             return;
           case FenceCheckOutcome.DEFERRED: {
-            const next = nextDeferral(message.deferrals, policy);
+            // The body's count only counts on the cleanup's own re-sends (deferral.ts).
+            const previous = trustedDeferrals(
+              message.deferrals,
+              record.messageAttributes?.[DEFERRALS_ATTRIBUTE]?.stringValue,
+            );
+            const next = nextDeferral(previous, policy);
             if (next) {
               await announceRunFinished(queues, message.runId, next);
               logger.info('fence check deferred; scope still active', {

@@ -1,5 +1,6 @@
 import { type Database, type DatabaseOptions, openDatabase } from '../../functions/adapters/database.ts';
-import { type DatabaseBridge, isLoopbackHost, startDatabaseBridge } from './db-bridge.ts';
+import { isLoopbackHost } from '../../functions/adapters/loopback.ts';
+import { type DatabaseBridge, startDatabaseBridge } from './db-bridge.ts';
 
 /**
  * Databases opened by the local entry points (CLIs, the stack, the demo, tests). The Neon driver
@@ -14,7 +15,7 @@ let inProcessBridge: Promise<DatabaseBridge> | undefined;
 
 function isLoopbackUrl(url: string): boolean {
   try {
-    return isLoopbackHost(new URL(url).hostname.replace(/^\[|\]$/g, ''));
+    return isLoopbackHost(new URL(url).hostname);
   } catch {
     return false;
   }

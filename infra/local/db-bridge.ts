@@ -7,6 +7,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { connect } from 'node:net';
 import { createWebSocketStream, WebSocketServer } from 'ws';
+import { loopbackAddress } from '../../functions/adapters/loopback.ts';
 
 export interface DatabaseBridge {
   readonly port: number;
@@ -15,11 +16,7 @@ export interface DatabaseBridge {
   close(): Promise<void>;
 }
 
-const LOOPBACK_HOSTS = new Set(['127.0.0.1', 'localhost', '::1', '[::1]']);
-
-export function isLoopbackHost(host: string): boolean {
-  return LOOPBACK_HOSTS.has(host) || /^127(\.\d{1,3}){3}$/.test(host);
-}
+export { isLoopbackHost } from '../../functions/adapters/loopback.ts';
 
 function parseTarget(requestUrl: string | undefined): { host: string; port: number } | undefined {
   const url = new URL(requestUrl ?? '/', 'http://bridge.invalid');
@@ -28,8 +25,11 @@ function parseTarget(requestUrl: string | undefined): { host: string; port: numb
   const separator = address.lastIndexOf(':');
   const host = address.slice(0, separator);
   const port = Number(address.slice(separator + 1));
-  if (!isLoopbackHost(host) || !Number.isInteger(port) || port <= 0 || port > 65535) return undefined;
-  return { host: host.replace(/^\[|\]$/g, ''), port };
+  // Connects to the address the name stands for, so `LOCALHOST` or `127.1` cannot be resolved
+  // to anything but loopback by a resolver that thinks otherwise.
+  const loopback = loopbackAddress(host);
+  if (loopback === undefined || !Number.isInteger(port) || port <= 0 || port > 65535) return undefined;
+  return { host: loopback, port };
 }
 
 export async function startDatabaseBridge(options: { port?: number } = {}): Promise<DatabaseBridge> {

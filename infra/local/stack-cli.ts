@@ -6,6 +6,7 @@
 import { redactUrl } from '../../functions/adapters/config.ts';
 import { ConfigError } from '../../functions/adapters/errors.ts';
 import { redactSecrets } from '../../functions/adapters/redact.ts';
+import { acceptNoOptionCommandLine } from '../command-line.ts';
 import { startStack } from './stack.ts';
 import { describeStartFailure } from './start-failure.ts';
 
@@ -22,7 +23,18 @@ function log(level: 'INFO' | 'ERROR', message: string, extra: Record<string, unk
   else console.log(line);
 }
 
+const USAGE = `Usage: npm run stack [-- --help]
+
+Runs the local stack in the foreground: the SQS emulator on 127.0.0.1:4566 with every queue (or
+the endpoint AWS_ENDPOINT_URL_SQS names), the functions and the sweeper consuming them, the
+migrations applied to DATABASE_URL (embedded PostgreSQL when unset), and the built-in provisioner
+unless SANDBOX_PROVISIONER_URL names one. Logs a JSON line with "message":"stack ready" once every
+consumer polls; SIGINT/SIGTERM stop it. Takes no options; configure it with the variables in
+README.md ("Configuration").
+Exit status: 0 stopped cleanly, 1 failed to start, 2 usage error.`;
+
 async function main(): Promise<void> {
+  if (!acceptNoOptionCommandLine('npm run stack', USAGE, process.argv.slice(2))) return;
   const stack = await startStack({
     onError: (error, source) =>
       log('ERROR', 'stack component error', { source, error: redactSecrets(error.message) }),
@@ -34,7 +46,10 @@ async function main(): Promise<void> {
       process.exit(130);
     }
     stopping = true;
-    log('INFO', 'stack stopping', { signal });
+    log('INFO', 'stack stopping', {
+      signal,
+      note: 'provisioner DELETEs still in flight are aborted, not waited for: their fences stay up and their cleanups resume when the stack runs again',
+    });
     await stack.stop();
     log('INFO', 'stack stopped');
     process.exit(0);

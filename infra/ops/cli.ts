@@ -11,6 +11,7 @@ import { createOpsContext, type OpsContext } from './context.ts';
 import { OpsErrorCode, UsageError } from './errors.ts';
 import { ExitCode } from './exit-codes.ts';
 import { describeFailure, type Failure } from './failure.ts';
+import { oneLine, printable, safeJson } from './format.ts';
 import { renderCommandHelp, renderHelp } from './help.ts';
 
 const GLOBAL_OPTIONS = {
@@ -104,18 +105,21 @@ const DATABASE_FAILURES: ReadonlySet<string> = new Set([
   InfrastructureErrorCode.DATABASE_UNAVAILABLE,
   OpsErrorCode.DATABASE_NOT_FOUND,
   OpsErrorCode.DATABASE_LOGIN_REFUSED,
+  OpsErrorCode.DATABASE_READ_ONLY,
+  OpsErrorCode.SCHEMA_NOT_MIGRATED,
 ]);
 
 function failureLine(commandName: string, failure: Failure, context: OpsContext | undefined): string {
   // A bad value: exactly ConfigError's one line (variable, value, rule), as every entry point prints it.
-  if (failure.code === InfrastructureErrorCode.CONFIG_INVALID) return failure.message;
+  if (failure.code === InfrastructureErrorCode.CONFIG_INVALID) return oneLine(failure.message);
   const where =
     DATABASE_FAILURES.has(failure.code) && context
-      ? ` (database: ${context.describe.database})`
+      ? ` (DATABASE_URL=${context.describe.database})`
       : failure.code === InfrastructureErrorCode.QUEUE_UNAVAILABLE && context
-        ? ` (SQS: ${context.describe.sqs})`
+        ? ` (SQS: ${context.describe.sqs}${context.config.sqsEndpoint ? ', from AWS_ENDPOINT_URL_SQS' : ''})`
         : '';
-  return `ops ${commandName}: ${failure.message}${where} [${failure.code}]`;
+  // The message may quote a run id or a reason from the database: one line, controls escaped.
+  return oneLine(`ops ${commandName}: ${failure.message}${where} [${failure.code}]`);
 }
 
 function write(stream: NodeJS.WriteStream, text: string): Promise<void> {
@@ -133,7 +137,7 @@ async function main(argv: readonly string[]): Promise<ExitCode> {
       process.stderr,
       failureLine(argv.find((arg) => !arg.startsWith('-')) ?? '', failure, undefined),
     );
-    if (argv.includes('--json')) await write(process.stdout, JSON.stringify({ error: failure }, null, 2));
+    if (argv.includes('--json')) await write(process.stdout, safeJson({ error: failure }));
     return failure.exitCode;
   }
   if (invocation.kind === 'help') {
@@ -147,13 +151,15 @@ async function main(argv: readonly string[]): Promise<ExitCode> {
   try {
     context = createOpsContext(process.env);
     const output: CommandOutput = await command.run(input, context);
-    await write(process.stdout, json ? JSON.stringify(output.result, null, 2) : output.text);
-    if (output.warning) await write(process.stderr, `ops ${command.name}: ${output.warning}`);
+    // Database-sourced strings (run ids, reasons, actors) are in both: neither may reach the
+    // terminal with a control character in it (see format.ts).
+    await write(process.stdout, json ? safeJson(output.result) : printable(output.text));
+    if (output.warning) await write(process.stderr, oneLine(`ops ${command.name}: ${output.warning}`));
     return output.exitCode ?? ExitCode.OK;
   } catch (error) {
     const failure = describeFailure(error);
     await write(process.stderr, failureLine(command.name, failure, context));
-    if (json) await write(process.stdout, JSON.stringify({ error: failure }, null, 2));
+    if (json) await write(process.stdout, safeJson({ error: failure }));
     return failure.exitCode;
   } finally {
     await context?.close();
@@ -163,7 +169,7 @@ async function main(argv: readonly string[]): Promise<ExitCode> {
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (error: unknown) => {
-    process.stderr.write(`ops: ${describeFailure(error).message}\n`);
+    process.stderr.write(`ops: ${oneLine(describeFailure(error).message)}\n`);
     process.exit(ExitCode.INTERNAL);
   },
 );

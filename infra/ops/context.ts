@@ -11,11 +11,21 @@ import {
   refuseParameterWithoutUrl,
 } from '../../functions/adapters/config.ts';
 import type { Database, Executor } from '../../functions/adapters/database.ts';
-import { DatabaseAuthenticationError, DatabaseUnavailableError } from '../../functions/adapters/errors.ts';
+import {
+  DatabaseAuthenticationError,
+  DatabaseLockTimeoutError,
+  DatabaseUnavailableError,
+} from '../../functions/adapters/errors.ts';
 import { createTelemetry, type Telemetry } from '../../functions/adapters/observability.ts';
 import { createQueues, type Queues } from '../../functions/adapters/queues.ts';
 import { closeLocalBridge, openLocalDatabase } from '../local/database.ts';
-import { DatabaseLoginRefusedError, DatabaseNotFoundError, SchemaNotMigratedError } from './errors.ts';
+import {
+  DatabaseLockedError,
+  DatabaseLoginRefusedError,
+  DatabaseNotFoundError,
+  DatabaseReadOnlyError,
+  SchemaNotMigratedError,
+} from './errors.ts';
 
 export type Env = Readonly<Record<string, string | undefined>>;
 
@@ -35,6 +45,10 @@ const SCHEMA_MISSING_SQLSTATES = new Set(['42P01', '42883', '42703']);
 const DATABASE_MISSING_SQLSTATE = '3D000';
 /** Class 28, invalid authorization specification: a wrong password or user, or pg_hba.conf says no. */
 const LOGIN_REFUSED_SQLSTATE_CLASS = '28';
+/** read_only_sql_transaction: default_transaction_read_only is on, or the server is a hot standby. */
+const READ_ONLY_SQLSTATE = '25006';
+/** lock_not_available: SET LOCAL lock_timeout ended the wait for another session's lock. */
+const LOCK_NOT_AVAILABLE_SQLSTATE = '55P03';
 
 export interface OpsContext {
   readonly env: Env;
@@ -67,7 +81,7 @@ export function createOpsContext(env: Env): OpsContext {
       connectTimeoutMs: Math.max(config.databaseConnectTimeoutMs, OPERATOR_CONNECT_TIMEOUT_MS),
       queryTimeoutMs: config.databaseQueryTimeoutMs,
     });
-    const checked = withSchemaCheck(db);
+    const checked = withSchemaCheck(db, config.databaseLockTimeoutMs);
     // Against a host that drops packets an operator gets an answer within the connect and query
     // timeouts (DATABASE_CONNECT_TIMEOUT_MS, DATABASE_QUERY_TIMEOUT_MS), not the kernel's minutes.
     try {
@@ -76,7 +90,7 @@ export function createOpsContext(env: Env): OpsContext {
       void db.end().catch(() => {});
       if (error instanceof DatabaseUnavailableError) {
         throw new DatabaseUnavailableError(
-          `cannot connect to the database: ${error.message}`,
+          `cannot connect to the database DATABASE_URL names: ${error.message}`,
           error.details,
           {
             cause: error,
@@ -128,8 +142,14 @@ export function createOpsContext(env: Env): OpsContext {
  * server that answers but has no such database, or refuses the login, into exit code 3 (not 5:
  * a wrong DATABASE_URL is the operator's to fix, not a bug to report).
  */
-function withSchemaCheck(db: Database): Database {
+function withSchemaCheck(db: Database, lockTimeoutMs: number): Database {
   const translate = (error: unknown): unknown => {
+    if (error instanceof DatabaseLockTimeoutError && error.details.sqlstate === LOCK_NOT_AVAILABLE_SQLSTATE) {
+      return new DatabaseLockedError(
+        `a table this command needs is locked by another session: no lock within DATABASE_LOCK_TIMEOUT_MS (${lockTimeoutMs} ms) (lock timeout: ${error.message}); try again, or look for the holder in pg_locks`,
+        { cause: error },
+      );
+    }
     if (error instanceof DatabaseAuthenticationError) {
       // Already classified by the adapter (28P01/28000): for an operator it is a wrong URL.
       return new DatabaseLoginRefusedError(
@@ -151,6 +171,12 @@ function withSchemaCheck(db: Database): Database {
         cause: error,
       });
     }
+    if (sqlstate === READ_ONLY_SQLSTATE) {
+      return new DatabaseReadOnlyError(
+        `the database is read-only (${message}): default_transaction_read_only is on or it is a hot standby; point DATABASE_URL at the primary, read-write endpoint`,
+        { cause: error },
+      );
+    }
     if (sqlstate.startsWith(LOGIN_REFUSED_SQLSTATE_CLASS)) {
       return new DatabaseLoginRefusedError(
         `the server refused the login (${message}); check the user and password in DATABASE_URL`,
@@ -162,10 +188,16 @@ function withSchemaCheck(db: Database): Database {
   return {
     stats: db.stats,
     end: () => db.end(),
+    // A read runs in a transaction of its own: its SET LOCAL lock_timeout and statement_timeout
+    // make a table locked by another session an answer ("locked", exit 4) within
+    // DATABASE_LOCK_TIMEOUT_MS, where a bare statement waited for the client's query timeout and
+    // was reported as an unreachable database.
     query<Row>(text: string, values?: readonly unknown[]) {
-      return db.query<Row>(text, values).catch((error: unknown) => {
-        throw translate(error);
-      });
+      return db
+        .withTransaction((tx) => tx.query<Row>(text, values))
+        .catch((error: unknown) => {
+          throw translate(error);
+        });
     },
     queryOnce<Row>(text: string, values?: readonly unknown[]) {
       return db.queryOnce<Row>(text, values).catch((error: unknown) => {

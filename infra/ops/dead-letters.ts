@@ -5,6 +5,7 @@
  * `sourceMessageId`, `receiveCount`, `deadLetteredAt`.
  */
 import {
+  ChangeMessageVisibilityBatchCommand,
   ChangeMessageVisibilityCommand,
   DeleteMessageCommand,
   GetQueueAttributesCommand,
@@ -170,40 +171,109 @@ function runIdOf(body: string): string | null {
 }
 
 /**
- * Bounds of a peek. Short polls sample the queue (on AWS a receive sees a subset of its servers),
- * so a peek stops only after two rounds in a row brought nothing new, or at these caps.
+ * Bounds of a peek. Each letter is held hidden for PEEK_HOLD_SECONDS while the listing goes on
+ * (so the next receive brings the next ones) and made visible again at the end, or by itself
+ * after that long if this process dies first.
  */
-const PEEK_MAX_ROUNDS = 60;
+const PEEK_HOLD_SECONDS = 30;
+const PEEK_MAX_ROUNDS = 100;
 const PEEK_MAX_MESSAGES = 500;
-const PEEK_QUIET_ROUNDS = 2;
+/** On AWS a short poll samples some of the queue's servers: an empty answer is asked again. */
+const PEEK_EMPTY_ROUNDS = 2;
 
 export interface Peek {
   letters: DeadLetter[];
-  /** False when a cap was reached: there may be letters the peek did not see. */
+  /** False when the listing may lack letters; `incompleteBecause` says why. */
   complete: boolean;
+  /** What the DLQ reported before the peek: visible + in flight (approximate, from SQS). */
+  expected: number;
+  incompleteBecause: string | null;
 }
 
 /**
- * Looks at a DLQ's messages without taking them: every receive uses VisibilityTimeout 0, so each
- * message stays available (nothing consumes DLQs but `redrive`). A FIFO DLQ shows only the first
- * message of each group this way: the rest of a group stays behind its head until that is deleted.
+ * Every letter of a DLQ, without taking any: each receive hides what it returns for a short while
+ * so that the next receive returns the next letters (a receive with VisibilityTimeout 0 returns the
+ * same ones again), until the queue has
+ * nothing more to give; then every letter is made visible again, in one batch per ten. Nothing
+ * consumes DLQs but `redrive`.
+ *
+ * What a receive cannot show is said: letters hidden by someone else at that moment (another
+ * peek, a redrive in progress), the letters of a FIFO group behind its first (SQS hands them out
+ * only once the ones before are deleted, which a peek must not do), or a cap reached. `complete`
+ * is false then, and `incompleteBecause` says which and how many were seen of how many counted.
  */
 export async function peekDeadLetters(queues: Queues, sourceQueue: QueueName): Promise<Peek> {
   const dlq = deadLetterQueueName(sourceQueue);
+  const depth = await queueDepth(queues, dlq);
+  const expected = depth.visible + depth.inFlight;
   const seen = new Map<string, DeadLetter>();
-  let quiet = 0;
-  for (let round = 0; round < PEEK_MAX_ROUNDS && seen.size < PEEK_MAX_MESSAGES; round += 1) {
-    const messages = await receive(queues, dlq, { max: 10, visibilityTimeoutSeconds: 0 });
-    let fresh = 0;
-    for (const message of messages) {
-      if (!message.MessageId || seen.has(message.MessageId)) continue;
-      seen.set(message.MessageId, toDeadLetter(message, sourceQueue));
-      fresh += 1;
+  const held: string[] = [];
+  let capped = false;
+  try {
+    let empty = 0;
+    for (let round = 0; ; round += 1) {
+      if (round >= PEEK_MAX_ROUNDS || seen.size >= PEEK_MAX_MESSAGES) {
+        capped = true;
+        break;
+      }
+      const messages = await receive(queues, dlq, { max: 10, visibilityTimeoutSeconds: PEEK_HOLD_SECONDS });
+      for (const message of messages) {
+        if (message.ReceiptHandle) held.push(message.ReceiptHandle);
+        if (message.MessageId && !seen.has(message.MessageId)) {
+          seen.set(message.MessageId, toDeadLetter(message, sourceQueue));
+        }
+      }
+      empty = messages.length === 0 ? empty + 1 : 0;
+      if (empty >= PEEK_EMPTY_ROUNDS) break;
     }
-    quiet = fresh === 0 ? quiet + 1 : 0;
-    if (quiet >= PEEK_QUIET_ROUNDS) return { letters: [...seen.values()], complete: true };
+  } finally {
+    await returnMessages(queues, dlq, held);
   }
-  return { letters: [...seen.values()], complete: false };
+  const letters = [...seen.values()];
+  const incompleteBecause = capped
+    ? `the peek stopped at ${letters.length} letters`
+    : letters.length < expected
+      ? `${letters.length} of about ${expected} letters seen: ${unseenBecause(dlq, depth.inFlight)}; \`npm run ops -- redrive\` moves them all`
+      : null;
+  return { letters, complete: incompleteBecause === null, expected, incompleteBecause };
+}
+
+/** Why a peek could not see every letter the queue counts. */
+function unseenBecause(dlq: string, inFlightBefore: number): string {
+  const reasons: string[] = [];
+  if (inFlightBefore > 0)
+    reasons.push(`${inFlightBefore} were hidden by someone else (a peek or a redrive in progress)`);
+  if (dlq.endsWith('.fifo')) {
+    // SQS hands out a FIFO group's next letter only once the ones before it are deleted: a listing
+    // that must not delete sees the first of each group (AWS: the first few, up to ten).
+    reasons.push(
+      'the rest wait behind the first letter of their FIFO message group, which SQS shows only once it is deleted',
+    );
+  }
+  if (!reasons.length) reasons.push('SQS did not hand the rest out (try again)');
+  return reasons.join('; ');
+}
+
+/** Makes held messages visible again at once, ten per call; a failure leaves them to their timeout. */
+async function returnMessages(
+  queues: Queues,
+  queue: string,
+  receiptHandles: readonly string[],
+): Promise<void> {
+  if (!receiptHandles.length) return;
+  const url = await queues.url(queue);
+  for (let at = 0; at < receiptHandles.length; at += 10) {
+    const entries = receiptHandles.slice(at, at + 10).map((handle, index) => ({
+      Id: String(index),
+      ReceiptHandle: handle,
+      VisibilityTimeout: 0,
+    }));
+    await callSqs(queue, 'ChangeMessageVisibilityBatch', () =>
+      queues.client.send(new ChangeMessageVisibilityBatchCommand({ QueueUrl: url, Entries: entries })),
+    ).catch(() => {
+      // They come back by themselves after PEEK_HOLD_SECONDS.
+    });
+  }
 }
 
 export interface ReasonCount {

@@ -9,6 +9,8 @@ export const OpsErrorCode = {
   SCHEMA_NOT_MIGRATED: 'SCHEMA_NOT_MIGRATED',
   DATABASE_NOT_FOUND: 'DATABASE_NOT_FOUND',
   DATABASE_LOGIN_REFUSED: 'DATABASE_LOGIN_REFUSED',
+  DATABASE_READ_ONLY: 'DATABASE_READ_ONLY',
+  DATABASE_LOCKED: 'DATABASE_LOCKED',
 } as const;
 export type OpsErrorCode = (typeof OpsErrorCode)[keyof typeof OpsErrorCode];
 
@@ -43,6 +45,24 @@ export class DatabaseNotFoundError extends OpsError {
 export class DatabaseLoginRefusedError extends OpsError {
   readonly code = OpsErrorCode.DATABASE_LOGIN_REFUSED;
   readonly exitCode = ExitCode.UNREACHABLE;
+}
+
+/**
+ * The server answers but takes no writes: `default_transaction_read_only` is on, or it is a hot
+ * standby (a read replica's endpoint). DATABASE_URL names the wrong endpoint: the operator's to fix.
+ */
+export class DatabaseReadOnlyError extends OpsError {
+  readonly code = OpsErrorCode.DATABASE_READ_ONLY;
+  readonly exitCode = ExitCode.UNREACHABLE;
+}
+
+/**
+ * A table the command needs is locked by another session past DATABASE_LOCK_TIMEOUT_MS: the
+ * database is up, it is busy. Try again (exit 4), not "unreachable".
+ */
+export class DatabaseLockedError extends OpsError {
+  readonly code = OpsErrorCode.DATABASE_LOCKED;
+  readonly exitCode = ExitCode.BUSY;
 }
 
 export function isOpsError(error: unknown): error is OpsError {

@@ -1,10 +1,55 @@
 /**
- * Rendering helpers for the human output: aligned tables, ages, timestamps. JSON output never
- * goes through here.
+ * Rendering helpers for the human output: aligned tables, ages, timestamps, and the escaping of
+ * control characters. JSON output never goes through the renderers; `safeJson` keeps it JSON.
  */
 import { postgresTimestampMs } from '../../functions/adapters/publish.ts';
 
-export function renderTable(headers: readonly string[], rows: ReadonlyArray<readonly string[]>): string {
+/**
+ * Characters a terminal acts on instead of printing: C0 (ESC starts ANSI sequences that move the
+ * cursor, clear the screen, retitle the window; CR and BS overwrite what was printed), DEL, C1
+ * (U+009B is a one-character CSI), the Unicode line separators and the bidirectional overrides
+ * (which make text read differently than it is). Run ids, reasons, actors and dead-letter
+ * reasons come from the database or a queue, so from anyone who could write there.
+ */
+// biome-ignore lint/suspicious/noControlCharactersInRegex: matching control characters is the point.
+const CONTROL = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
+// biome-ignore lint/suspicious/noControlCharactersInRegex: matching control characters is the point.
+const CONTROL_OR_NEWLINE = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
+
+const NAMED: Readonly<Record<string, string>> = { '\n': '\\n', '\r': '\\r', '\t': '\\t', '\b': '\\b' };
+
+function escapeCharacter(c: string): string {
+  return NAMED[c] ?? `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`;
+}
+
+/** One value on one line: every control character (line breaks included) shown as an escape. */
+export function oneLine(value: string): string {
+  return value.replace(CONTROL_OR_NEWLINE, escapeCharacter);
+}
+
+/**
+ * A whole human-readable output: line breaks kept (the renderers put them there), every other
+ * control character escaped. The CLI passes everything it prints for people through this, so no
+ * renderer can forget it.
+ */
+export function printable(text: string): string {
+  return text.replace(CONTROL, escapeCharacter);
+}
+
+/**
+ * JSON.stringify escapes C0 but leaves DEL, C1 and the line separators raw: escaped here too, so
+ * `--json` piped to a terminal is as harmless as the table, and still parses to the same value.
+ */
+export function safeJson(value: unknown): string {
+  return JSON.stringify(value, null, 2).replace(
+    /[\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g,
+    escapeCharacter,
+  );
+}
+
+/** Columns aligned; each cell is made one line first, so a value cannot break the table apart. */
+export function renderTable(headers: readonly string[], cells: ReadonlyArray<readonly string[]>): string {
+  const rows = cells.map((row) => row.map(oneLine));
   const widths = headers.map((header, column) =>
     Math.max(header.length, ...rows.map((row) => (row[column] ?? '').length)),
   );

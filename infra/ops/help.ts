@@ -17,12 +17,12 @@ export const EXIT_CODE_HELP: ReadonlyArray<[number, string, string]> = [
   [
     ExitCode.UNREACHABLE,
     'unreachable',
-    'database or SQS unreachable (down, no such database, login refused), schema not migrated, or queue missing',
+    'database or SQS unreachable (down, no such database, login refused), read-only (a replica), schema not migrated, or queue missing',
   ],
   [
     ExitCode.BUSY,
     'busy',
-    "busy: a cleanup holds the scope's lock longer than the lock timeout, or a delete may still be in flight; try again",
+    "busy: a cleanup holds the scope's lock (or another session a table) longer than the lock timeout, or a delete may still be in flight; try again",
   ],
   [ExitCode.INTERNAL, 'bug', 'unexpected error (a bug: please report it with the output)'],
 ];

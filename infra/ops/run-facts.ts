@@ -4,6 +4,7 @@
  */
 import type { Executor } from '../../functions/adapters/database.ts';
 import type { Queues } from '../../functions/adapters/queues.ts';
+import { deadLetterQueueName } from '../../functions/adapters/queues.ts';
 import { RunNotFoundError } from '../../functions/cleanup/errors.ts';
 import { isTerminalStatus } from '../../functions/cleanup/inspect-run.ts';
 import { RunType, TERMINAL_RUN_STATUSES } from '../../functions/cleanup/types.ts';
@@ -124,6 +125,8 @@ export interface RunFacts {
   deadLetters: DeadLetter[];
   /** False when a peek hit its cap, null when the queues could not be read. */
   deadLettersComplete: boolean | null;
+  /** Why the dead-letter listing may lack letters (per DLQ), or null when it is complete. */
+  deadLettersIncomplete: string | null;
   deadLettersError: string | null;
 }
 
@@ -220,12 +223,21 @@ export async function readRunFacts(
 export async function readDeadLettersOf(
   queues: Queues,
   runId: string,
-): Promise<Pick<RunFacts, 'deadLetters' | 'deadLettersComplete'>> {
+): Promise<Pick<RunFacts, 'deadLetters' | 'deadLettersComplete' | 'deadLettersIncomplete'>> {
   const peeks = await Promise.all(CONSUMED_QUEUES.map((queue) => peekDeadLetters(queues, queue)));
   return {
     deadLetters: peeks
       .flatMap((peek) => peek.letters.filter((letter) => letter.runId === runId))
       .sort((a, b) => (a.deadLetteredAt ?? '').localeCompare(b.deadLetteredAt ?? '')),
     deadLettersComplete: peeks.every((peek) => peek.complete),
+    deadLettersIncomplete:
+      peeks
+        .map((peek, index) =>
+          peek.incompleteBecause
+            ? `${deadLetterQueueName(CONSUMED_QUEUES[index]!)}: ${peek.incompleteBecause}`
+            : '',
+        )
+        .filter(Boolean)
+        .join('; ') || null,
   };
 }

@@ -243,6 +243,7 @@ describe('ops CLI against the local stack', () => {
       inFlight: expect.any(Number),
       peeked: 1,
       complete: true,
+      incompleteBecause: null,
       reasons: [
         { errorCode: 'MESSAGE_INVALID', reason: expect.stringContaining('not valid JSON'), count: 1 },
       ],

@@ -1,7 +1,7 @@
 import type { SQSEvent } from 'aws-lambda';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { loadConfig } from '../../functions/adapters/config.ts';
-import { MAX_DEFERRALS } from '../../functions/adapters/deferral.ts';
+import { DEFERRALS_ATTRIBUTE, MAX_DEFERRALS } from '../../functions/adapters/deferral.ts';
 import { createTelemetry } from '../../functions/adapters/observability.ts';
 import { QueueName, type Queues, type SendOptions } from '../../functions/adapters/queues.ts';
 import { composeFenceCheck } from '../../functions/fence-check/handler.ts';
@@ -64,10 +64,20 @@ async function functions() {
   const fenceCheck = await composeFenceCheck(infrastructure);
   const release = await composeRelease(infrastructure);
   onTestFinished(() => release.close());
-  const invoke = async (handler: typeof fenceCheck.handler, body: unknown, group?: string) => {
+  const invoke = async (
+    handler: typeof fenceCheck.handler,
+    body: unknown,
+    group?: string,
+    messageAttributes?: Record<string, string>,
+  ) => {
     const before = sent.length;
     const event: SQSEvent = {
-      Records: [sqsRecord(JSON.stringify(body), group ? { attributes: { MessageGroupId: group } } : {})],
+      Records: [
+        sqsRecord(JSON.stringify(body), {
+          ...(group ? { attributes: { MessageGroupId: group } } : {}),
+          ...(messageAttributes ? { messageAttributes } : {}),
+        }),
+      ],
     };
     const response = await handler(event, localLambdaContext('deferral-chain-test', 30));
     expect(response.batchItemFailures).toEqual([]);
@@ -75,7 +85,8 @@ async function functions() {
   };
   return {
     sent,
-    fenceCheck: (body: unknown) => invoke(fenceCheck.handler, body),
+    fenceCheck: (body: unknown, messageAttributes?: Record<string, string>) =>
+      invoke(fenceCheck.handler, body, undefined, messageAttributes),
     release: (body: Record<string, unknown>) =>
       invoke(release.handler, body, `${String(body.uid)}:${String(body.runtimeScopeId)}`),
   };
@@ -91,16 +102,19 @@ async function followDeferrals(
   options: { stopAfter?: number } = {},
 ) {
   let body = first;
+  let attributes: Record<string, string> | undefined;
   const delays: number[] = [];
   let invocations = 0;
   for (;;) {
-    const out = await run.fenceCheck(body);
+    const out = await run.fenceCheck(body, attributes);
     invocations += 1;
     const again = out.filter((message) => message.queue === QueueName.RUN_FINISHED);
     if (!again.length || invocations === options.stopAfter) return { invocations, delays, last: out };
     expect(again).toHaveLength(1);
     delays.push(again[0]!.options.delaySeconds ?? 0);
+    // As SQS delivers it: the body and the message attributes the send set.
     body = again[0]!.body;
+    attributes = again[0]!.options.attributes;
   }
 }
 
@@ -123,6 +137,47 @@ describe('deferral chains', () => {
     expect(chain.last).toEqual([]);
     // The chain ended; the fence did not: the sweeper announces it again later.
     expect(await fenceOf(fixture.t.db, s.rootRunId)).toBe(true);
+  });
+
+  it.each([
+    ['the last count', MAX_DEFERRALS],
+    ['a count past the bound', 1_000_000_000],
+    ['a negative count', -5],
+    ['a count that is not a number', 'many'],
+  ])(
+    'a run-finished from outside with %s in its body does not move the chain: it runs its whole length',
+    async (_name, forged) => {
+      const s = await finishedRootRun(fixture.t.db);
+      await insertOtherRun(fixture.t.db, s, { status: 'running' });
+      const run = await functions();
+
+      const chain = await followDeferrals(run, { runId: s.rootRunId, deferrals: forged });
+
+      expect(chain.invocations).toBe(MAX_DEFERRALS + 1);
+      expect(await fenceOf(fixture.t.db, s.rootRunId)).toBe(true);
+    },
+  );
+
+  it('a forged attribute that does not repeat the body, or is past the bound, is not trusted either', async () => {
+    const s = await finishedRootRun(fixture.t.db);
+    await insertOtherRun(fixture.t.db, s, { status: 'running' });
+    const run = await functions();
+    for (const [body, attribute] of [
+      [MAX_DEFERRALS, String(MAX_DEFERRALS - 1)],
+      [MAX_DEFERRALS + 5, String(MAX_DEFERRALS + 5)],
+      [0, '0'],
+    ] as const) {
+      const out = await run.fenceCheck(
+        { runId: s.rootRunId, deferrals: body },
+        { [DEFERRALS_ATTRIBUTE]: attribute },
+      );
+      const again = out.filter((message) => message.queue === QueueName.RUN_FINISHED);
+      expect(again, `${body}/${attribute}`).toHaveLength(1);
+      expect(again[0]!.body.deferrals).toBe(1);
+    }
+    // The cleanup's own re-send, body and attribute agreeing, is followed: the chain moves on.
+    const own = await run.fenceCheck({ runId: s.rootRunId, deferrals: 3 }, { [DEFERRALS_ATTRIBUTE]: '3' });
+    expect(own.find((message) => message.queue === QueueName.RUN_FINISHED)!.body.deferrals).toBe(4);
   });
 
   it(`one event can invoke fence-check more than Lambda's ~${LAMBDA_RECURSION_LIMIT} times on a healthy path, so its RecursiveLoop must be Allow`, async () => {

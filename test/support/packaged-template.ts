@@ -2,13 +2,28 @@
  * Runs the real `npm run package` (osls + serverless-esbuild) and reads what it wrote: the
  * CloudFormation template and the function zips. Tests assert on the generated artifact, not on
  * serverless.yml, because the artifact is what CloudFormation and Lambda receive.
+ *
+ * osls and serverless-esbuild work in fixed directories of the project (`.esbuild/`,
+ * `.serverless/`) and delete them when they finish, whatever `--package` says; Vitest runs the
+ * test files that package in parallel processes. So every run takes a lock between processes
+ * first (PACKAGE_LOCK_DIR), and runs in a process group of its own that is killed whole if it
+ * hangs: killing npm alone would leave osls running as an orphan, still writing into `.esbuild/`.
  */
 import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { inflateRawSync } from 'node:zlib';
 import { runChild } from './child-process.ts';
+import { withFileLock } from './file-lock.ts';
 
 export const PROJECT_ROOT = new URL('../..', import.meta.url).pathname;
+
+/** Held by whichever test process is packaging this working copy (see the header). */
+export const PACKAGE_LOCK_DIR = join(PROJECT_ROOT, '.package.lock');
+
+/** A package run takes about ten seconds; one that takes this long is hung. */
+const PACKAGE_TIMEOUT_MS = 90_000;
+/** Enough for the other test file's packaging runs to finish before this one starts. */
+const PACKAGE_LOCK_WAIT_MS = 100_000;
 
 export interface CfnResource {
   Type: string;
@@ -36,10 +51,17 @@ export async function runPackage(
   options: { env?: Record<string, string>; home: string },
 ): Promise<PackageRun> {
   const env: Record<string, string> = { PATH: process.env.PATH ?? '', HOME: options.home, ...options.env };
-  const run = await runChild('npm', ['run', '--silent', 'package', '--', ...args], {
-    cwd: PROJECT_ROOT,
-    env,
-  });
+  const run = await withFileLock(
+    PACKAGE_LOCK_DIR,
+    () =>
+      runChild('npm', ['run', '--silent', 'package', '--', ...args], {
+        cwd: PROJECT_ROOT,
+        env,
+        timeoutMs: PACKAGE_TIMEOUT_MS,
+        processGroup: true,
+      }),
+    { waitMs: PACKAGE_LOCK_WAIT_MS },
+  );
   return { code: run.code, output: `${run.stdout}${run.stderr}` };
 }
 

@@ -8,7 +8,12 @@ import type { SQSRecord } from 'aws-lambda';
 
 export function sqsRecord(
   body: string,
-  options: { queue?: string; attributes?: Partial<SQSRecord['attributes']> } = {},
+  options: {
+    queue?: string;
+    attributes?: Partial<SQSRecord['attributes']>;
+    /** Message attributes as the sender set them (String values). */
+    messageAttributes?: Record<string, string>;
+  } = {},
 ): SQSRecord {
   return {
     messageId: randomUUID(),
@@ -21,7 +26,12 @@ export function sqsRecord(
       ApproximateFirstReceiveTimestamp: String(Date.now()),
       ...options.attributes,
     },
-    messageAttributes: {},
+    messageAttributes: Object.fromEntries(
+      Object.entries(options.messageAttributes ?? {}).map(([key, value]) => [
+        key,
+        { dataType: 'String', stringValue: value },
+      ]),
+    ),
     md5OfBody: '',
     eventSource: 'aws:sqs',
     eventSourceARN: `arn:aws:sqs:us-east-1:000000000000:${options.queue ?? 'test'}`,

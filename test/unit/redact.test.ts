@@ -44,6 +44,51 @@ describe('redactSecrets: URLs', () => {
     expect(redacted).toContain('id=7&password=***');
   });
 
+  it.each([
+    'api-key',
+    'x-api-key',
+    'X-API-KEY',
+    'apiKey',
+    'X-Amz-Signature',
+    'X-Amz-Credential',
+    'X-Amz-Security-Token',
+    'access-token',
+    'access_token',
+    'Access_Token',
+    'auth',
+    'code',
+    'sig',
+    'signature',
+    'token',
+    'TOKEN',
+    'password',
+    'secret',
+    'client_secret',
+    'refresh.token',
+  ])('hides the value of the query parameter %s, whatever its case and prefix', (name) => {
+    for (const separator of ['?', '&', ';']) {
+      const text = `GET https://svc/x?id=7${separator === '?' ? '&' : separator}${name}=S3cr3tValue&page=2 "${separator}${name}=Other1"`;
+      const redacted = redactSecrets(text);
+      expect(redacted, text).not.toContain('S3cr3tValue');
+      expect(redacted, text).not.toContain('Other1');
+      expect(redacted).toContain(`${name}=***`);
+      expect(redacted).toContain('id=7');
+      // A password= value is also hidden to the next blank by the keyword/value pass: that is
+      // hiding too much, which is safe.
+      if (!/pass/i.test(name)) expect(redacted).toContain('page=2');
+      expect(redactSecrets(redacted)).toBe(redacted);
+    }
+  });
+
+  it('keeps ordinary query parameters, including ones that merely contain a secret word', () => {
+    for (const text of [
+      'https://svc/x?generation=2&zipcode=12345&sandbox_id=sbx-1',
+      'https://svc/x?codec=h264&authority=local&session_count=3',
+    ]) {
+      expect(redactSecrets(text)).toBe(text);
+    }
+  });
+
   it('leaves text without credentials unchanged, including URLs with a port and an @ in the path', () => {
     for (const text of [
       'provisioner answered 503',
@@ -146,6 +191,9 @@ describe('redaction time on hostile input', () => {
     ['keys with empty values', (size) => repeat('password=', size)],
     ['an unterminated quote full of escapes', (size) => `password='${repeat("\\'", size)}`],
     ['query parameters', (size) => repeat('?password=&key=', size)],
+    ['prefixed secret parameters', (size) => repeat('&X-Amz-Security-Token=a', size)],
+    ['parameter names at the length limit', (size) => repeat(`&${'x-'.repeat(40)}key=`, size)],
+    ['separators only', (size) => repeat('?&;=', size)],
     ['a long parameter name', (size) => `?${repeat('a', size)}`],
     ['mixed', (size) => repeat(`x://u:p?a&sig=1 passwd: 'q\\' "PGPASSWORD"=@/`, size)],
   ];

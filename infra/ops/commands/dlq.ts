@@ -2,7 +2,8 @@
  * `dlq`: per consumed queue, how many dead letters wait in its DLQ and why, grouped by error code
  * and reason. The count is GetQueueAttributes' visible plus in-flight messages, taken before our
  * own peek: a letter someone is peeking or redriving at this instant is in flight, yet still in
- * the DLQ (fauxqs even keeps a VisibilityTimeout-0 receive in flight until the next receive).
+ * the DLQ. The peek lists every letter it can receive (dead-letters.ts) and says when the listing
+ * may be incomplete.
  */
 import { deadLetterQueueName, type QueueName } from '../../../functions/adapters/queues.ts';
 import type { Command } from '../command.ts';
@@ -24,9 +25,11 @@ export interface DeadLetterQueueReport {
   visible: number;
   /** ApproximateNumberOfMessagesNotVisible: being peeked or redriven right now. */
   inFlight: number;
-  /** Letters the peek saw (a FIFO DLQ shows one per message group). */
+  /** Letters the peek saw: all of them unless `complete` is false. */
   peeked: number;
   complete: boolean;
+  /** Why the listing may lack letters (hidden by someone else, behind a FIFO group's head, a cap). */
+  incompleteBecause: string | null;
   reasons: ReasonCount[];
 }
 
@@ -42,7 +45,10 @@ export const dlqCommand: Command = {
         const deadLetterQueue = deadLetterQueueName(queue);
         const depth = await queueDepth(queues, deadLetterQueue);
         const messages = depth.visible + depth.inFlight;
-        const peek = messages > 0 ? await peekDeadLetters(queues, queue) : { letters: [], complete: true };
+        const peek =
+          messages > 0
+            ? await peekDeadLetters(queues, queue)
+            : { letters: [], complete: true, incompleteBecause: null };
         return {
           queue,
           deadLetterQueue,
@@ -51,6 +57,7 @@ export const dlqCommand: Command = {
           inFlight: depth.inFlight,
           peeked: peek.letters.length,
           complete: peek.complete,
+          incompleteBecause: peek.incompleteBecause,
           reasons: groupReasons(peek.letters),
         };
       }),
@@ -62,10 +69,10 @@ export const dlqCommand: Command = {
         reports.map((r) => [r.deadLetterQueue, String(r.messages), String(r.inFlight)]),
       ),
     ];
-    for (const report of reports.filter((r) => r.reasons.length)) {
+    for (const report of reports.filter((r) => r.reasons.length || !r.complete)) {
       lines.push(
         '',
-        `${report.deadLetterQueue}${report.complete ? '' : ' (peek capped: there may be more)'}`,
+        `${report.deadLetterQueue}${report.complete ? '' : ` (the listing may be incomplete: ${report.incompleteBecause})`}`,
       );
       lines.push(
         renderTable(

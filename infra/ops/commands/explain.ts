@@ -7,11 +7,16 @@ import type { Command } from '../command.ts';
 import { diagnose } from '../diagnosis.ts';
 import { describeFailure } from '../failure.ts';
 import { renderForcedClears } from '../forced-clears.ts';
-import { formatAge, orDash, renderTable } from '../format.ts';
+import { formatAge, oneLine, orDash, renderTable } from '../format.ts';
 import { type RunFacts, type RunSummary, readDeadLettersOf, readRunFacts } from '../run-facts.ts';
 
 export interface Explanation extends RunFacts {
   diagnosis: string[];
+}
+
+/** A table, already safe (renderTable makes each cell one line): kept apart from the lines. */
+interface Block {
+  table: string;
 }
 
 function render(explanation: Explanation): string {
@@ -19,7 +24,7 @@ function render(explanation: Explanation): string {
   const runs = (list: RunSummary[]) =>
     list.length ? list.map((r) => `${r.runId} (${r.status})`).join(', ') : 'none';
   const field = (name: string, value: string) => `  ${name.padEnd(19)}${value}`;
-  const sections = [
+  const sections: Array<string | Block> = [
     `Run ${run.runId}  (${run.runType}, ${run.status})`,
     field('uid / scope', `${run.uid} / ${run.runtimeScopeId}`),
     field('workdir', orDash(run.workdirPath)),
@@ -53,7 +58,7 @@ function render(explanation: Explanation): string {
     field('other fences', scope.otherFences.length ? scope.otherFences.join(', ') : 'none'),
     '',
     explanation.forcedClears.length ? 'Forced clears' : 'Forced clears: none',
-    ...(explanation.forcedClears.length ? [renderForcedClears(explanation.forcedClears)] : []),
+    ...(explanation.forcedClears.length ? [{ table: renderForcedClears(explanation.forcedClears) }] : []),
     '',
     explanation.deadLettersError
       ? `Dead letters: unknown (${explanation.deadLettersError})`
@@ -62,24 +67,32 @@ function render(explanation: Explanation): string {
         : 'Dead letters: none',
     ...(explanation.deadLetters.length
       ? [
-          renderTable(
-            ['QUEUE', 'ERROR CODE', 'RECEIVES', 'DEAD-LETTERED AT', 'REASON'],
-            explanation.deadLetters.map((letter) => [
-              letter.deadLetterQueue,
-              orDash(letter.errorCode),
-              orDash(letter.receiveCount),
-              orDash(letter.deadLetteredAt),
-              orDash(letter.reason),
-            ]),
-          ),
+          {
+            table: renderTable(
+              ['QUEUE', 'ERROR CODE', 'RECEIVES', 'DEAD-LETTERED AT', 'REASON'],
+              explanation.deadLetters.map((letter) => [
+                letter.deadLetterQueue,
+                orDash(letter.errorCode),
+                orDash(letter.receiveCount),
+                orDash(letter.deadLetteredAt),
+                orDash(letter.reason),
+              ]),
+            ),
+          },
         ]
       : []),
-    ...(explanation.deadLettersComplete === false ? ['  (peek capped: there may be more)'] : []),
+    ...(explanation.deadLettersComplete === false
+      ? [`  (the listing may be incomplete: ${explanation.deadLettersIncomplete ?? 'unknown'})`]
+      : []),
     '',
     'Diagnosis',
     ...explanation.diagnosis.map((line) => `  - ${line}`),
   ];
-  return sections.join('\n');
+  // Every other line holds run ids, reasons and the like from the database: a line break in one
+  // must not start a line of its own that looks like part of the report.
+  return sections
+    .map((section) => (typeof section === 'string' ? oneLine(section) : section.table))
+    .join('\n');
 }
 
 export const explainCommand: Command = {
@@ -91,14 +104,22 @@ export const explainCommand: Command = {
     const runId = input.positionals[0]!;
     const db = await context.database();
     const fromDatabase = await readRunFacts(db, runId);
-    let fromQueues: Pick<RunFacts, 'deadLetters' | 'deadLettersComplete' | 'deadLettersError'>;
+    let fromQueues: Pick<
+      RunFacts,
+      'deadLetters' | 'deadLettersComplete' | 'deadLettersIncomplete' | 'deadLettersError'
+    >;
     let queueFailure: ReturnType<typeof describeFailure> | undefined;
     try {
       fromQueues = { ...(await readDeadLettersOf(context.queues(), runId)), deadLettersError: null };
     } catch (error) {
       // The database half is still worth showing; the exit code says the picture is incomplete.
       queueFailure = describeFailure(error);
-      fromQueues = { deadLetters: [], deadLettersComplete: null, deadLettersError: queueFailure.message };
+      fromQueues = {
+        deadLetters: [],
+        deadLettersComplete: null,
+        deadLettersIncomplete: null,
+        deadLettersError: queueFailure.message,
+      };
     }
     const facts = { ...fromDatabase, ...fromQueues };
     const explanation: Explanation = {

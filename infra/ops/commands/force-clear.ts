@@ -10,12 +10,18 @@
 import { userInfo } from 'node:os';
 import { publishCleaned } from '../../../functions/adapters/publish.ts';
 import { QueueName } from '../../../functions/adapters/queues.ts';
-import { type ForceClearPlan, forceClear } from '../../../functions/cleanup/force-clear.ts';
+import { ErrorCode, isCleanupError } from '../../../functions/cleanup/errors.ts';
+import {
+  type ForceClearPlan,
+  type ForceClearResult,
+  forceClear,
+} from '../../../functions/cleanup/force-clear.ts';
 import { type Command, stringOption } from '../command.ts';
 import type { OpsContext } from '../context.ts';
 import { UsageError } from '../errors.ts';
 import { ExitCode } from '../exit-codes.ts';
 import { describeFailure } from '../failure.ts';
+import { EARLIER_ATTEMPT_WINDOW_SECONDS, findEarlierAttempt } from '../forced-clears.ts';
 import { isoTime } from '../format.ts';
 
 export interface ForceClearOutput {
@@ -33,6 +39,50 @@ export interface ForceClearOutput {
   forcedAt: string | null;
   /** The `runtime-cleaned` event sent; null on a dry run or when it could not be sent. */
   published: { queue: string; messageId: string } | null;
+  /**
+   * True when this invocation found the fence already cleared by this operator's own earlier
+   * attempt (same actor and reason, its answer lost: a COMMIT whose reply never came, retried by
+   * the driver or by the operator) and finished that attempt's work: publishing.
+   */
+  alreadyCleared: boolean;
+}
+
+/**
+ * `forceClear`, and when it answers "no pending fence" to an applying call, the audit row of this
+ * operator's earlier attempt if there is one: the clear happened, only its answer was lost.
+ */
+async function clearOrRecognise(
+  db: Awaited<ReturnType<OpsContext['database']>>,
+  request: { runId: string; reason: string; actor: string; apply: boolean },
+): Promise<{ outcome: ForceClearResult; alreadyCleared: boolean }> {
+  try {
+    const outcome = await forceClear(db, { ...request, dryRun: !request.apply });
+    return { outcome, alreadyCleared: false };
+  } catch (error) {
+    if (!request.apply || !isCleanupError(error) || error.code !== ErrorCode.FENCE_NOT_PENDING) throw error;
+    // forceClear stores the trimmed text: compare with that.
+    const earlier = await findEarlierAttempt(db, {
+      runId: request.runId,
+      actor: request.actor.trim(),
+      reason: request.reason.trim(),
+    });
+    if (!earlier) throw error;
+    const plan: ForceClearPlan = {
+      runId: request.runId,
+      uid: earlier.uid,
+      runtimeScopeId: earlier.runtimeScopeId,
+      status: earlier.status,
+      fenceSetAt: earlier.fenceSetAt,
+      sandboxId: earlier.sandboxId,
+      generation: earlier.generation,
+      reason: request.reason.trim(),
+      actor: request.actor.trim(),
+    };
+    return {
+      outcome: { applied: true, plan, overrideId: earlier.overrideId, forcedAt: earlier.forcedAt },
+      alreadyCleared: true,
+    };
+  }
 }
 
 function actorOf(explicit: string | undefined, env: OpsContext['env']): string {
@@ -78,6 +128,8 @@ export const forceClearCommand: Command = {
     'with the time it may end, otherwise); then clears that one fence and writes an audit row, in one',
     'transaction. The sandbox generation stays recorded as live: the next cleanup of the scope deletes',
     'it. Publishes runtime-cleaned with forced: true.',
+    `Run again after a lost answer (same --reason and actor, within ${EARLIER_ATTEMPT_WINDOW_SECONDS / 60} minutes), it recognises`,
+    'its own earlier clear by the audit row and finishes it: publishes, exit 0.',
   ].join('\n'),
   options: {
     reason: {
@@ -104,7 +156,7 @@ export const forceClearCommand: Command = {
       await context.queues().url(QueueName.RUNTIME_CLEANED);
     }
 
-    const outcome = await forceClear(db, { runId, reason, actor, dryRun: !apply });
+    const { outcome, alreadyCleared } = await clearOrRecognise(db, { runId, reason, actor, apply });
     const { plan } = outcome;
     const output: ForceClearOutput = {
       applied: outcome.applied,
@@ -119,6 +171,7 @@ export const forceClearCommand: Command = {
       overrideId: outcome.applied ? outcome.overrideId : null,
       forcedAt: outcome.applied ? outcome.forcedAt : null,
       published: null,
+      alreadyCleared,
     };
     const identity = `run ${runId} (${plan.status}; scope ${plan.uid} / ${plan.runtimeScopeId}; fence set at ${output.fenceSetAt ?? '-'})`;
 
@@ -136,16 +189,21 @@ export const forceClearCommand: Command = {
     // The ForcedClears metric is counted deployed-side, by the sweeper, from the audit row: this
     // process writes to a terminal, which CloudWatch never reads.
     const telemetry = context.telemetry();
-    telemetry.logger.warn('fence force-cleared by an operator', {
-      runId,
-      uid: plan.uid,
-      runtimeScopeId: plan.runtimeScopeId,
-      sandboxId: plan.sandboxId,
-      generation: plan.generation,
-      actor: plan.actor,
-      reason: plan.reason,
-      overrideId: output.overrideId,
-    });
+    telemetry.logger.warn(
+      alreadyCleared
+        ? "forced clear found done by this operator's earlier attempt"
+        : 'fence force-cleared by an operator',
+      {
+        runId,
+        uid: plan.uid,
+        runtimeScopeId: plan.runtimeScopeId,
+        sandboxId: plan.sandboxId,
+        generation: plan.generation,
+        actor: plan.actor,
+        reason: plan.reason,
+        overrideId: output.overrideId,
+      },
+    );
     let publishFailure: ReturnType<typeof describeFailure> | undefined;
     try {
       const messageId = await publishCleaned(context.queues(), {
@@ -161,7 +219,9 @@ export const forceClearCommand: Command = {
       publishFailure = describeFailure(error);
     }
     const lines = [
-      `Force-cleared the fence of ${identity}.`,
+      alreadyCleared
+        ? `Already done: your earlier attempt force-cleared the fence of ${identity} (its answer was lost); published now.`
+        : `Force-cleared the fence of ${identity}.`,
       `  audit      override #${output.overrideId} at ${output.forcedAt} by ${JSON.stringify(actor)}: ${plan.reason}`,
       output.published
         ? `  published  ${QueueName.RUNTIME_CLEANED} (forced: true), message ${output.published.messageId}`

@@ -208,15 +208,18 @@ describe('redaction time on hostile input', () => {
     return best;
   }
 
-  it.each(hostile)('%s: 64 KB and 1 MB each well under 100 ms, growing linearly', (_name, make) => {
+  // The bounds are far above an idle machine's figures (1 MB in about 20 ms) so that a loaded CI
+  // machine cannot fail them, and far below what the quadratic scan took (19 s on 64 KB): the
+  // property under test is the growth, not the speed.
+  it.each(hostile)('%s: 64 KB and 1 MB each in bounded time, growing linearly', (_name, make) => {
     for (const redact of [redactSecrets, redactConnectionString]) {
       const small = make(64 * KB);
       const smallMs = fastestMs(() => redact(small));
       // Checked before the 1 MB run: a quadratic scan would take hours there.
-      expect(smallMs).toBeLessThan(100);
+      expect(smallMs).toBeLessThan(1_000);
       const large = make(1024 * KB);
       const largeMs = fastestMs(() => redact(large));
-      expect(largeMs).toBeLessThan(100);
+      expect(largeMs).toBeLessThan(5_000);
       // Linear growth is about 16-fold, quadratic 256-fold. A floor of 0.5 ms keeps timer noise
       // on a tiny measurement from deciding the ratio.
       expect(largeMs / Math.max(smallMs, 0.5)).toBeLessThan(100);

@@ -39,6 +39,31 @@ export function withLockHoldProbe(
     query: (text, values) => db.query(text, values),
     queryOnce: (text, values) => db.queryOnce(text, values),
     end: () => db.end(),
+    /**
+     * A one-round-trip transaction (BEGIN, the decision, COMMIT in one message): the server takes
+     * and releases the locks while handling that one message, so the hold seen from here is at
+     * most the message's round trip, and no other trip happens under the lock.
+     */
+    async transact(text, values) {
+      const started = performance.now();
+      let failed = false;
+      try {
+        return await db.transact(text, values);
+      } catch (error) {
+        failed = true;
+        throw error;
+      } finally {
+        const elapsed = performance.now() - started;
+        record({
+          phase,
+          advisoryMs: elapsed,
+          rowMs: elapsed,
+          transactionMs: elapsed,
+          roundTripsUnderLock: 1,
+          failed,
+        });
+      }
+    },
     async withTransaction(work) {
       const started = performance.now();
       let advisoryAt: number | undefined;

@@ -41,6 +41,18 @@ export interface Database extends Executor {
    */
   withTransaction<T>(work: (tx: Executor) => Promise<T>): Promise<T>;
   /**
+   * One statement as a whole transaction, sent in ONE round trip: BEGIN ISOLATION LEVEL READ
+   * COMMITTED, the same SET LOCAL bounds as `withTransaction`, the statement, COMMIT, all in one
+   * message. A lock the statement takes is therefore never held while anything travels between
+   * this process and the database. For the protocol's decision functions (phases 1 and 3, the
+   * release guard). Repeated once on a fresh connection after a lost connection, as a
+   * transaction is, so the statement must be safe to repeat.
+   */
+  transact<Row = Record<string, unknown>>(
+    text: string,
+    values?: readonly unknown[],
+  ): Promise<{ rows: Row[]; rowCount: number }>;
+  /**
    * Round trips and transactions so far (the benchmarks report them per cleanup), and how often a
    * statement or transaction was sent again after a lost connection.
    */

@@ -177,5 +177,10 @@ function withSchemaCheck(db: Database): Database {
         throw translate(error);
       });
     },
+    transact<Row>(text: string, values?: readonly unknown[]) {
+      return db.transact<Row>(text, values).catch((error: unknown) => {
+        throw translate(error);
+      });
+    },
   };
 }

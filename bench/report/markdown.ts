@@ -1,3 +1,4 @@
+import type { SubRunFigure } from '../e2e/scenario.ts';
 /**
  * `bench/results/README-table.md`: the tables to paste into the README, generated from one run's
  * JSON. Also what the benchmark prints at the end.
@@ -147,6 +148,42 @@ export function renderMarkdown(results: BenchResults, sourceFile: string): strin
           `${pair(paced.beforeDeleteMs)} · ${pair(paced.afterDeleteMs)} | ${fmt(burst.cleanupsPerSecond)} | ` +
           `${fmt(paced.perCleanup.dbRoundTrips)} in ${fmt(paced.perCleanup.dbTransactions)} tx | ` +
           `${fmt(paced.perCleanup.functionSqsCalls)} / ${fmt(paced.perCleanup.allSqsCalls)} (burst ${fmt(burst.perCleanup.allSqsCalls)}) |`,
+      );
+    }
+    if (e2e.figures.some((f) => f.floor)) {
+      lines.push(
+        '',
+        '**Against the floor, measured in the same run** (`bench/e2e/floor.ts`: the same emulator, database path and provisioner; 3 hops of one send, one receive and one delete; 2 one-round-trip transactions; one HTTP DELETE; no logic). Project ÷ floor:',
+        '',
+        '| delete latency | CPU / cleanup (burst, ms) | SQS calls / cleanup (paced) | DB round trips / cleanup | burst cleanups/s | lock hold p99 (ms) | scope turnaround p50 / p99 (ms) | turnaround beyond the delete p50 / p99 |',
+        '|---:|---:|---:|---:|---:|---:|---:|---:|',
+      );
+      for (const f of e2e.figures) {
+        if (!f.valid || !f.paced || !f.burst || !f.floor || !f.ratios) continue;
+        const { paced, burst, floor, ratios } = f;
+        const x = (value: number | undefined) => (value === undefined ? '—' : `×${fmt(value)}`);
+        const turn = (figure: SubRunFigure) => (figure.turnaroundMs ? pair(figure.turnaroundMs) : '—');
+        const beyond = (figure: SubRunFigure) =>
+          figure.turnaroundBeyondDeleteMs ? pair(figure.turnaroundBeyondDeleteMs) : '—';
+        lines.push(
+          `| ${f.deleteLatencyMs} ms | ${fmt(burst.cpuMsPerCleanup)} vs ${fmt(floor.burst.cpuMsPerCleanup)} **${x(ratios.cpuPerCleanup)}** | ` +
+            `${fmt(paced.perCleanup.allSqsCalls)} vs ${fmt(floor.paced.perCleanup.allSqsCalls)} **${x(ratios.sqsCallsPerCleanup)}** | ` +
+            `${fmt(paced.perCleanup.dbRoundTrips)} vs ${fmt(floor.paced.perCleanup.dbRoundTrips)} **${x(ratios.dbRoundTripsPerCleanup)}** | ` +
+            `${fmt(burst.cleanupsPerSecond)} vs ${fmt(floor.burst.cleanupsPerSecond)} **${x(ratios.burstCleanupsPerSecond)}** | ` +
+            `${fmt(paced.lockHoldMs.p99)} vs ${fmt(floor.paced.lockHoldMs.p99)} **${x(ratios.lockHoldP99)}** | ` +
+            `${turn(paced)} (floor ${turn(floor.paced)}) | ${beyond(paced)} (floor ${beyond(floor.paced)}) |`,
+        );
+      }
+      lines.push(
+        '',
+        'Scope turnaround: from the announcement of a finished run to the next run of the same scope admitted by the platform (scope lock, `runtime_cleanup_blocked`) on receipt of its runtime-cleaned event. Lock hold: each one-round-trip transaction’s round trip on its connection, the longest its locks can have been held.',
+      );
+    }
+    if (e2e.memory) {
+      const m = e2e.memory;
+      lines.push(
+        '',
+        `Memory over ${m.cleanups} cleanups (${m.waves} bursts back to back at delete latency 0): RSS ${fmt(m.rssStartMiB)} → peak ${fmt(m.rssPeakMiB)} → end ${fmt(m.rssEndMiB)} MiB; JS heap used ${fmt(m.heapUsedStartMiB)} → peak ${fmt(m.heapUsedPeakMiB)} MiB.`,
       );
     }
     const burstAtZero = e2e.figures.find((f) => f.deleteLatencyMs === 0 && f.valid)?.burst;

@@ -41,25 +41,28 @@ export function withLockHoldProbe(
     end: () => db.end(),
     /**
      * A one-round-trip transaction (BEGIN, the decision, COMMIT in one message): the server takes
-     * and releases the locks while handling that one message, so the hold seen from here is at
-     * most the message's round trip, and no other trip happens under the lock.
+     * and releases the locks while handling that one message, so the hold is at most the
+     * message's round trip on its connection (the adapter times it; a wait for a pool slot is not
+     * in it), and no other trip happens under the lock.
      */
     async transact(text, values) {
       const started = performance.now();
+      let roundTripMs: number | undefined;
       let failed = false;
       try {
-        return await db.transact(text, values);
+        return await db.transact(text, values, (ms) => {
+          roundTripMs = ms;
+        });
       } catch (error) {
         failed = true;
         throw error;
       } finally {
-        const elapsed = performance.now() - started;
         record({
           phase,
-          advisoryMs: elapsed,
-          rowMs: elapsed,
-          transactionMs: elapsed,
-          roundTripsUnderLock: 1,
+          advisoryMs: roundTripMs ?? null,
+          rowMs: roundTripMs ?? null,
+          transactionMs: performance.now() - started,
+          roundTripsUnderLock: roundTripMs === undefined ? 0 : 1,
           failed,
         });
       }

@@ -379,13 +379,20 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
    * the server skips the rest of the message and the transaction is left aborted (its locks are
    * already released by then); the ROLLBACK that ends it is the only extra round trip.
    */
-  const transactOnceInOneTrip = async <Row>(target: Pool, text: string, values?: readonly unknown[]) => {
+  const transactOnceInOneTrip = async <Row>(
+    target: Pool,
+    text: string,
+    values: readonly unknown[] | undefined,
+    observeRoundTrip: ((milliseconds: number) => void) | undefined,
+  ) => {
     const statement = inlineParameters(text, values);
     const client = await acquire(target);
     stats.transactions += 1;
     let broken: Error | undefined;
     try {
+      const sentAt = performance.now();
       const results = await sendMany(client, `${beginStatement}; ${statement}; COMMIT`);
+      observeRoundTrip?.(performance.now() - sentAt);
       const result = results[results.length - 2]!;
       return { rows: result.rows as Row[], rowCount: result.rowCount ?? 0 };
     } catch (error) {
@@ -447,8 +454,10 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     queryOnce: (text, values) => withCurrentCredentials((target) => queryOnce(target, text, values)),
     withTransaction: (work) =>
       withCurrentCredentials((target) => onceMoreIfLost(() => transactOnce(target, work))),
-    transact: (text, values) =>
-      withCurrentCredentials((target) => onceMoreIfLost(() => transactOnceInOneTrip(target, text, values))),
+    transact: (text, values, observeRoundTrip) =>
+      withCurrentCredentials((target) =>
+        onceMoreIfLost(() => transactOnceInOneTrip(target, text, values, observeRoundTrip)),
+      ),
     async end() {
       await Promise.all([...retired, pool].map((each) => each.end()));
     },

@@ -51,6 +51,12 @@ export interface Database extends Executor {
   transact<Row = Record<string, unknown>>(
     text: string,
     values?: readonly unknown[],
+    /**
+     * Told how long the message took from being sent on its connection to its answer: the
+     * longest its locks can have been held (the benchmarks report it; the wait for a pool slot
+     * is not in it).
+     */
+    observeRoundTrip?: (milliseconds: number) => void,
   ): Promise<{ rows: Row[]; rowCount: number }>;
   /**
    * Round trips and transactions so far (the benchmarks report them per cleanup), and how often a

@@ -177,8 +177,12 @@ function withSchemaCheck(db: Database): Database {
         throw translate(error);
       });
     },
-    transact<Row>(text: string, values?: readonly unknown[]) {
-      return db.transact<Row>(text, values).catch((error: unknown) => {
+    transact<Row>(
+      text: string,
+      values?: readonly unknown[],
+      observeRoundTrip?: (milliseconds: number) => void,
+    ) {
+      return db.transact<Row>(text, values, observeRoundTrip).catch((error: unknown) => {
         throw translate(error);
       });
     },

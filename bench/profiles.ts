@@ -3,6 +3,7 @@
  * rounds and runs, so its percentiles rest on few samples. `full` is the one to publish.
  */
 import type { LockScenarioProfile } from './locks/scenario.ts';
+import type { ScaleProfile } from './scale/scenario.ts';
 
 export interface BenchProfile {
   mode: 'quick' | 'full';
@@ -21,6 +22,8 @@ export interface BenchProfile {
     /** Cleanups of the memory run (bursts of `burstRuns` back to back at delete latency 0): RSS start, peak, end. */
     memoryCleanups: number;
   };
+  /** Part 3, fences at scale; skipped when absent (the quick run). */
+  scale?: ScaleProfile;
 }
 
 const LOCK_LOAD = {
@@ -67,5 +70,6 @@ export const PROFILES: Record<'quick' | 'full', BenchProfile> = {
       // ten bursts of 200 back to back.
       memoryCleanups: 2_000,
     },
+    scale: { runs: 1_000_000, fences: 50_000, samples: 500 },
   },
 };

@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --quick] [-- --publish] [-- --only locks|e2e]`
+ * `npm run bench [-- --quick] [-- --publish] [-- --only locks|e2e|scale]`
  *
  * Part 1 (locks): lock hold and contention against delete latency, split protocol vs. the
  * pre-decision baseline. Part 2 (e2e): run-finished → runtime-cleaned through the local stack.
@@ -21,15 +21,16 @@ import { renderLineChart } from './report/chart.ts';
 import { renderMarkdown } from './report/markdown.ts';
 import { type BenchResults, type LockRatios, lockFigure, RESULTS_SCHEMA } from './report/results.ts';
 import { evaluateTargets } from './report/targets.ts';
+import { runScaleScenario, type ScaleProfile } from './scale/scenario.ts';
 import { describeError } from './support/convergence.ts';
 import { currentLoadAverage, describeMachine } from './support/machine.ts';
 import { type BenchPostgres, startBenchPostgres } from './support/postgres.ts';
 import { ratio } from './support/stats.ts';
 
-const USAGE = `usage: npm run bench [-- --quick] [-- --publish] [-- --only locks|e2e] [-- --sqs-process] [-- --concurrency …] [-- --render FILE]
+const USAGE = `usage: npm run bench [-- --quick] [-- --publish] [-- --only locks|e2e|scale] [-- --sqs-process] [-- --concurrency …] [-- --render FILE]
   --quick         smoke check (under two minutes, few samples); the full run takes about three and a half
   --publish       also write latest.json, machine.json, the chart and README-table.md (default for a full run)
-  --only          run one part only (never publishes)
+  --only          run one part only (never publishes); scale runs even in --quick
   --render        measure nothing: rewrite the chart and README-table.md from a results JSON
   --sqs-process   end to end: run the SQS emulator in its own process (default: in the stack's)
   --concurrency   end to end: pollers per queue, e.g. fenceCheck=8,release=16,finalize=8 (default 4,8,4)`;
@@ -206,8 +207,8 @@ async function main(): Promise<number> {
     log(USAGE);
     return 0;
   }
-  if (values.only !== undefined && values.only !== 'locks' && values.only !== 'e2e') {
-    log(`--only must be locks or e2e\n${USAGE}`);
+  if (values.only !== undefined && !['locks', 'e2e', 'scale'].includes(values.only)) {
+    log(`--only must be locks, e2e or scale\n${USAGE}`);
     return 2;
   }
   const concurrency = parseConcurrency(values.concurrency);
@@ -251,9 +252,10 @@ async function main(): Promise<number> {
         `warning: load average ${machine.loadAverageAtStart[0]} — the machine is not quiet; figures will not be comparable with a quiet run`,
       );
     }
-    const locks = values.only === 'e2e' ? undefined : await runLocks(postgres, profile);
+    const runs = (part: 'locks' | 'e2e' | 'scale') => values.only === undefined || values.only === part;
+    const locks = runs('locks') ? await runLocks(postgres, profile) : undefined;
     let e2e: BenchResults['e2e'];
-    if (values.only !== 'locks') {
+    if (runs('e2e')) {
       log('part 2: end to end through the local stack');
       const report = await runE2eScenario({
         postgres,
@@ -263,6 +265,13 @@ async function main(): Promise<number> {
         concurrency,
       });
       e2e = { ...report, profile: profile.e2e };
+    }
+    const scaleProfile: ScaleProfile | undefined =
+      profile.scale ?? (values.only === 'scale' ? PROFILES.full.scale : undefined);
+    let scale: BenchResults['scale'];
+    if (runs('scale') && scaleProfile) {
+      log(`part 3: fences at scale (${scaleProfile.runs} runs, ${scaleProfile.fences} fences)`);
+      scale = await runScaleScenario(postgres, scaleProfile, log);
     }
     machine.loadAverageAtEnd = currentLoadAverage();
     const durationSeconds = Math.round((performance.now() - started) / 100) / 10;
@@ -276,6 +285,7 @@ async function main(): Promise<number> {
       model: MODEL,
       ...(locks ? { locks } : {}),
       ...(e2e ? { e2e } : {}),
+      ...(scale ? { scale } : {}),
     };
     const results: BenchResults = {
       ...partial,

@@ -108,8 +108,20 @@ export async function startFloor(options: {
     [
       first,
       each(async ({ runId }) => {
-        const { rows } = await db.transact<Required<Hop>>(FLOOR_CHECK, [runId], observe);
-        await send(second.url, { ...rows[0]!, runId });
+        const { rows } = await db.transact<{
+          uid: string;
+          runtime_scope_id: string;
+          sandbox_id: string;
+          generation: string;
+        }>(FLOOR_CHECK, [runId], observe);
+        const row = rows[0]!;
+        await send(second.url, {
+          runId,
+          uid: row.uid,
+          runtimeScopeId: row.runtime_scope_id,
+          sandboxId: row.sandbox_id,
+          generation: row.generation,
+        });
       }),
       options.concurrency[0],
     ],

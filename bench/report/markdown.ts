@@ -206,6 +206,33 @@ export function renderMarkdown(results: BenchResults, sourceFile: string): strin
     lines.push('');
   }
 
+  const scale = results.scale;
+  if (scale) {
+    lines.push(
+      '### Fences at scale',
+      '',
+      `A generated dataset of ${scale.profile.runs.toLocaleString('en')} runs with ${scale.profile.fences.toLocaleString('en')} pending root fences (generated in ${fmt(scale.generateSeconds)} s). Client-side latency through the driver and bridge, ms:`,
+      '',
+      '| statement | p50 | p99 | samples |',
+      '|---|---:|---:|---:|',
+      ...scale.statements.map(
+        (statement) =>
+          `| ${statement.name} | ${fmt(statement.latencyMs.p50)} | ${fmt(statement.latencyMs.p99)} | ${statement.latencyMs.count} |`,
+      ),
+      '',
+      ...scale.statements.flatMap((statement) => [
+        `<details><summary>plan: ${statement.name}</summary>`,
+        '',
+        '```',
+        statement.plan,
+        '```',
+        '',
+        '</details>',
+        '',
+      ]),
+    );
+  }
+
   lines.push('### Targets', '', '| target | measured | met |', '|---|---|---|');
   for (const t of results.targets) {
     const met = t.met === undefined ? 'not evaluated' : t.met ? 'yes' : `**no** — ${t.missedBy ?? ''}`;

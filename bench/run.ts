@@ -26,6 +26,7 @@ import { describeError } from './support/convergence.ts';
 import { currentLoadAverage, describeMachine } from './support/machine.ts';
 import { type BenchPostgres, startBenchPostgres } from './support/postgres.ts';
 import { ratio } from './support/stats.ts';
+import { startWindowProfiler } from './support/window-profiler.ts';
 
 const USAGE = `usage: npm run bench [-- --quick] [-- --publish] [-- --only locks|e2e|scale] [-- --sqs-process] [-- --concurrency …] [-- --render FILE]
   --quick         smoke check (under two minutes, few samples); the full run takes about three and a half
@@ -33,6 +34,7 @@ const USAGE = `usage: npm run bench [-- --quick] [-- --publish] [-- --only locks
   --only          run one part only (never publishes); scale runs even in --quick
   --render        measure nothing: rewrite the chart and README-table.md from a results JSON
   --sqs-process   end to end: run the SQS emulator in its own process (default: in the stack's)
+  --cpu-prof      end to end: write a CPU profile of each burst's measured window to bench/results/profiles/
   --concurrency   end to end: pollers per queue, e.g. fenceCheck=8,release=16,finalize=8 (default 4,8,4)`;
 
 /** Above this 1-minute load average (2 cores) others are using the machine, and it shows in every tail. */
@@ -199,6 +201,7 @@ async function main(): Promise<number> {
       render: { type: 'string' },
       'sqs-process': { type: 'boolean', default: false },
       concurrency: { type: 'string' },
+      'cpu-prof': { type: 'boolean', default: false },
       help: { type: 'boolean', default: false },
     },
     strict: true,
@@ -263,6 +266,7 @@ async function main(): Promise<number> {
         log,
         sqsInOwnProcess: values['sqs-process'],
         concurrency,
+        ...(values['cpu-prof'] ? { profiler: await startWindowProfiler(join(RESULTS_DIR, 'profiles')) } : {}),
       });
       e2e = { ...report, profile: profile.e2e };
     }

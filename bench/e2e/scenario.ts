@@ -39,6 +39,7 @@ import { warmPool } from '../support/pools.ts';
 import type { BenchPostgres } from '../support/postgres.ts';
 import { deletesByGeneration, waitForSandboxesReady } from '../support/sandboxes.ts';
 import { type Summary, summarize } from '../support/stats.ts';
+import type { WindowProfiler } from '../support/window-profiler.ts';
 import { swallowEmfLines } from './emf-sink.ts';
 import { type Floor, startFloor } from './floor.ts';
 import { countSqsCalls, difference } from './sqs-call-counter.ts';
@@ -137,6 +138,8 @@ export interface E2eContext {
   sqsInOwnProcess?: boolean;
   /** Pollers per consumed queue; the stack's defaults when omitted. */
   concurrency?: Partial<StackConcurrency>;
+  /** Profiles the measured window of each burst (`--cpu-prof`). */
+  profiler?: WindowProfiler;
 }
 
 export type StackConcurrency = Record<'fenceCheck' | 'release' | 'finalize', number>;
@@ -225,6 +228,8 @@ export async function runE2eScenario(context: E2eContext): Promise<E2eReport> {
       }),
       takeLockHolds: () => projectHolds.splice(0),
       assertClean: () => assertNoDeadLetters(stackRef),
+      label: 'project',
+      ...(context.profiler ? { profiler: context.profiler } : {}),
     });
     const floorRef = floor;
     const floorRun = buildSubRun({
@@ -240,6 +245,8 @@ export async function runE2eScenario(context: E2eContext): Promise<E2eReport> {
       }),
       takeLockHolds: () => floorRef.takeLockHolds(),
       assertClean: async () => {},
+      label: 'floor',
+      ...(context.profiler ? { profiler: context.profiler } : {}),
     });
 
     // Warm-up (not reported): connections, JIT, the queues' URL caches.
@@ -342,6 +349,9 @@ interface SubRunParts {
   counters: () => Counters;
   takeLockHolds: () => number[];
   assertClean: () => Promise<void>;
+  /** Names the profile of a burst's measured window (`project` or `floor`). */
+  label: string;
+  profiler?: WindowProfiler;
 }
 
 type SubRunRequest =
@@ -416,7 +426,7 @@ function buildSubRun(parts: SubRunParts): SubRun {
         : undefined;
     let after: Counters;
     let cleaned: Awaited<CleanedEvents['finished']>;
-    let announcedAt: Map<string, number>;
+    let announcedAt = new Map<string, number>();
     let seconds: number;
     let cpuReport: CpuReport;
     let holds: number[];
@@ -424,11 +434,21 @@ function buildSubRun(parts: SubRunParts): SubRun {
       const cpu = await startCpuProbe({ bridgePid: parts.bridgePid, databaseName: parts.databaseName });
       const started = performance.now();
       const collector = collectCleaned(benchSqs, parts.cleanedUrl, new Set(byRunId.keys()), onCleaned);
-      announcedAt =
-        request.kind === 'paced'
-          ? await announcePaced(benchSqs, parts.announceUrl, runs, request.perSecond)
-          : await announceBurst(benchSqs, parts.announceUrl, runs);
-      await collector.complete;
+      const measured = async () => {
+        announcedAt =
+          request.kind === 'paced'
+            ? await announcePaced(benchSqs, parts.announceUrl, runs, request.perSecond)
+            : await announceBurst(benchSqs, parts.announceUrl, runs);
+        await collector.complete;
+      };
+      if (parts.profiler && request.kind === 'burst') {
+        await parts.profiler.around(
+          `${parts.label}-burst-${request.deleteLatencyMs}ms-${runs.length}`,
+          measured,
+        );
+      } else {
+        await measured();
+      }
       seconds = (performance.now() - started) / 1000;
       after = parts.counters();
       holds = parts.takeLockHolds();

@@ -18,7 +18,7 @@ import { runE2eScenario, type StackConcurrency } from './e2e/scenario.ts';
 import { type LockFigure, lockVariants, runLockScenario, VariantId } from './locks/scenario.ts';
 import { type BenchProfile, PROFILES } from './profiles.ts';
 import { renderLineChart } from './report/chart.ts';
-import { renderMarkdown } from './report/markdown.ts';
+import { renderMarkdown, renderReadmeSection, replaceReadmeSection } from './report/markdown.ts';
 import { type BenchResults, type LockRatios, lockFigure, RESULTS_SCHEMA } from './report/results.ts';
 import { evaluateTargets } from './report/targets.ts';
 import { runScaleScenario, type ScaleProfile } from './scale/scenario.ts';
@@ -41,6 +41,7 @@ const USAGE = `usage: npm run bench [-- --quick] [-- --publish] [-- --only locks
 const QUIET_LOAD_AVERAGE = 1;
 
 const RESULTS_DIR = fileURLToPath(new URL('./results/', import.meta.url));
+const README = fileURLToPath(new URL('../README.md', import.meta.url));
 
 const MODEL = {
   cleanups:
@@ -190,6 +191,8 @@ function parseConcurrency(text: string | undefined): Partial<StackConcurrency> |
 async function publishReport(results: BenchResults, sourceFile: string): Promise<void> {
   if (results.locks) await writeFile(join(RESULTS_DIR, 'lease-renewal-p99.svg'), chartOf(results));
   await writeFile(join(RESULTS_DIR, 'README-table.md'), renderMarkdown(results, sourceFile));
+  const readme = await readFile(README, 'utf8');
+  await writeFile(README, replaceReadmeSection(readme, renderReadmeSection(results, sourceFile)));
 }
 
 async function main(): Promise<number> {
@@ -222,7 +225,9 @@ async function main(): Promise<number> {
   if (values.render !== undefined) {
     const results = JSON.parse(await readFile(values.render, 'utf8')) as BenchResults;
     await publishReport(results, basename(values.render));
-    log(`rewrote bench/results/lease-renewal-p99.svg and README-table.md from ${values.render}`);
+    log(
+      `rewrote bench/results/lease-renewal-p99.svg, README-table.md and README.md's section from ${values.render}`,
+    );
     return 0;
   }
   const profile = PROFILES[values.quick ? 'quick' : 'full'];

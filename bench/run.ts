@@ -59,7 +59,11 @@ const MODEL = {
   latency:
     'Lease-renewal and recovery latencies are measured from when the operation was due (open loop), and operations that fell due while a worker was blocked are recorded as waiting until it was free (coordinated-omission correction, as HdrHistogram does). Service times (send → completion) are in the JSON too.',
   lockHold:
-    'From the moment the lock statement (pg_advisory_xact_lock / SELECT … FOR UPDATE) returned to the client to the moment COMMIT returned, through a Database wrapper (bench/support/lock-hold.ts); one sample per cleanup transaction (split: fence check and finalize).',
+    'Split: each phase is one message (BEGIN, the decision function, COMMIT), so the hold is at most that message’s round trip on its connection, timed by the adapter (Database.transact’s observeRoundTrip; a wait for a pool slot is not in it). Baseline: from the moment the lock statement (pg_advisory_xact_lock / SELECT … FOR UPDATE) returned to the client to the moment COMMIT returned. Both through a Database wrapper (bench/support/lock-hold.ts); one sample per cleanup transaction (split: fence check and finalize).',
+  floor:
+    'The floor (bench/e2e/floor.ts), in the same run and stack as part 2: three hops through the same SQS emulator, each one SendMessage, one receive and one delete (the same emulated event source mapping); two one-round-trip transactions through the same driver and bridge; one HTTP DELETE to the same provisioner; no logic. Ratios are project ÷ floor.',
+  scale:
+    'Part 3 (full run or --only scale): a generated dataset (1 M runs, 50 k pending root fences); runtime_cleanup_blocked on random scopes, the sweeper claim (rolled back per sample) and ops fences, timed from the client with their EXPLAIN (ANALYZE, BUFFERS) plans.',
   timeouts:
     'lock_timeout 120 s and statement_timeout 180 s in every benchmark pool (production: 5 s / 15 s), so the baseline waits are measured, not cut off; the JSON counts the operations that waited longer than 5 s.',
   e2e: 'Part 2: startStack() in this process (fauxqs SQS emulator, the three functions behind emulated event source mappings, the built-in provisioner), database through the same bridge, sweeper off; metrics on, their EMF lines counted and dropped instead of printed. Latency: from just before the run-finished send to the SentTimestamp of runtime-cleaned; delete duration from the provisioner audit; overhead = the difference.',

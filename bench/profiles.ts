@@ -1,8 +1,9 @@
 /**
- * What a run measures. `quick` is a smoke check (about two minutes): the same scenarios with fewer
+ * What a run measures. `quick` is a smoke check (about a minute on a quiet machine): the same scenarios with fewer
  * rounds and runs, so its percentiles rest on few samples. `full` is the one to publish.
  */
 import type { LockScenarioProfile } from './locks/scenario.ts';
+import type { ScaleProfile } from './scale/scenario.ts';
 
 export interface BenchProfile {
   mode: 'quick' | 'full';
@@ -18,7 +19,11 @@ export interface BenchProfile {
     pacedPerSecond: number;
     /** Runs announced all at once: throughput. */
     burstRuns: number;
+    /** Cleanups of the memory run (bursts of `burstRuns` back to back at delete latency 0): RSS start, peak, end. */
+    memoryCleanups: number;
   };
+  /** Part 3, fences at scale; skipped when absent (the quick run). */
+  scale?: ScaleProfile;
 }
 
 const LOCK_LOAD = {
@@ -37,10 +42,17 @@ export const PROFILES: Record<'quick' | 'full', BenchProfile> = {
     mode: 'quick',
     locks: {
       ...LOCK_LOAD,
-      deleteLatenciesMs: [0, 50, 500, 2000],
-      rounds: (latency) => (latency >= 500 ? 1 : 3),
+      // About a minute in all: two delete latencies, one round each.
+      deleteLatenciesMs: [0, 500],
+      rounds: () => 1,
     },
-    e2e: { deleteLatenciesMs: [0, 200], pacedRuns: 30, pacedPerSecond: 20, burstRuns: 80 },
+    e2e: {
+      deleteLatenciesMs: [0, 200],
+      pacedRuns: 20,
+      pacedPerSecond: 20,
+      burstRuns: 60,
+      memoryCleanups: 120,
+    },
   },
   full: {
     mode: 'full',
@@ -49,6 +61,15 @@ export const PROFILES: Record<'quick' | 'full', BenchProfile> = {
       deleteLatenciesMs: [0, 50, 500, 2000],
       rounds: (latency) => (latency >= 2000 ? 3 : latency >= 500 ? 4 : 10),
     },
-    e2e: { deleteLatenciesMs: [0, 200], pacedRuns: 120, pacedPerSecond: 20, burstRuns: 200 },
+    e2e: {
+      deleteLatenciesMs: [0, 200],
+      pacedRuns: 120,
+      pacedPerSecond: 20,
+      burstRuns: 200,
+      // The local provisioner runs a real process per sandbox: 2,000 at once would not fit, so
+      // ten bursts of 200 back to back.
+      memoryCleanups: 2_000,
+    },
+    scale: { runs: 1_000_000, fences: 50_000, samples: 500 },
   },
 };

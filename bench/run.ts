@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --quick] [-- --publish] [-- --only locks|e2e]`
+ * `npm run bench [-- --quick] [-- --publish] [-- --only locks|e2e|scale]`
  *
  * Part 1 (locks): lock hold and contention against delete latency, split protocol vs. the
  * pre-decision baseline. Part 2 (e2e): run-finished → runtime-cleaned through the local stack.
@@ -18,26 +18,30 @@ import { runE2eScenario, type StackConcurrency } from './e2e/scenario.ts';
 import { type LockFigure, lockVariants, runLockScenario, VariantId } from './locks/scenario.ts';
 import { type BenchProfile, PROFILES } from './profiles.ts';
 import { renderLineChart } from './report/chart.ts';
-import { renderMarkdown } from './report/markdown.ts';
+import { renderMarkdown, renderReadmeSection, replaceReadmeSection } from './report/markdown.ts';
 import { type BenchResults, type LockRatios, lockFigure, RESULTS_SCHEMA } from './report/results.ts';
 import { evaluateTargets } from './report/targets.ts';
+import { runScaleScenario, type ScaleProfile } from './scale/scenario.ts';
 import { describeError } from './support/convergence.ts';
 import { currentLoadAverage, describeMachine } from './support/machine.ts';
 import { type BenchPostgres, startBenchPostgres } from './support/postgres.ts';
 import { ratio } from './support/stats.ts';
+import { startWindowProfiler } from './support/window-profiler.ts';
 
-const USAGE = `usage: npm run bench [-- --quick] [-- --publish] [-- --only locks|e2e] [-- --sqs-process] [-- --concurrency …] [-- --render FILE]
+const USAGE = `usage: npm run bench [-- --quick] [-- --publish] [-- --only locks|e2e|scale] [-- --sqs-process] [-- --concurrency …] [-- --render FILE]
   --quick         smoke check (under two minutes, few samples); the full run takes about three and a half
   --publish       also write latest.json, machine.json, the chart and README-table.md (default for a full run)
-  --only          run one part only (never publishes)
+  --only          run one part only (never publishes); scale runs even in --quick
   --render        measure nothing: rewrite the chart and README-table.md from a results JSON
   --sqs-process   end to end: run the SQS emulator in its own process (default: in the stack's)
+  --cpu-prof      end to end: write a CPU profile of each burst's measured window to bench/results/profiles/
   --concurrency   end to end: pollers per queue, e.g. fenceCheck=8,release=16,finalize=8 (default 4,8,4)`;
 
 /** Above this 1-minute load average (2 cores) others are using the machine, and it shows in every tail. */
 const QUIET_LOAD_AVERAGE = 1;
 
 const RESULTS_DIR = fileURLToPath(new URL('./results/', import.meta.url));
+const README = fileURLToPath(new URL('../README.md', import.meta.url));
 
 const MODEL = {
   cleanups:
@@ -55,7 +59,11 @@ const MODEL = {
   latency:
     'Lease-renewal and recovery latencies are measured from when the operation was due (open loop), and operations that fell due while a worker was blocked are recorded as waiting until it was free (coordinated-omission correction, as HdrHistogram does). Service times (send → completion) are in the JSON too.',
   lockHold:
-    'From the moment the lock statement (pg_advisory_xact_lock / SELECT … FOR UPDATE) returned to the client to the moment COMMIT returned, through a Database wrapper (bench/support/lock-hold.ts); one sample per cleanup transaction (split: fence check and finalize).',
+    'Split: each phase is one message (BEGIN, the decision function, COMMIT), so the hold is at most that message’s round trip on its connection, timed by the adapter (Database.transact’s observeRoundTrip; a wait for a pool slot is not in it). Baseline: from the moment the lock statement (pg_advisory_xact_lock / SELECT … FOR UPDATE) returned to the client to the moment COMMIT returned. Both through a Database wrapper (bench/support/lock-hold.ts); one sample per cleanup transaction (split: fence check and finalize).',
+  floor:
+    'The floor (bench/e2e/floor.ts), in the same run and stack as part 2: three hops through the same SQS emulator, each one SendMessage, one receive and one delete (the same emulated event source mapping); two one-round-trip transactions through the same driver and bridge; one HTTP DELETE to the same provisioner; no logic. Ratios are project ÷ floor.',
+  scale:
+    'Part 3 (full run or --only scale): a generated dataset (1 M runs, 50 k pending root fences); runtime_cleanup_blocked on random scopes, the sweeper claim (rolled back per sample) and ops fences, timed from the client with their EXPLAIN (ANALYZE, BUFFERS) plans.',
   timeouts:
     'lock_timeout 120 s and statement_timeout 180 s in every benchmark pool (production: 5 s / 15 s), so the baseline waits are measured, not cut off; the JSON counts the operations that waited longer than 5 s.',
   e2e: 'Part 2: startStack() in this process (fauxqs SQS emulator, the three functions behind emulated event source mappings, the built-in provisioner), database through the same bridge, sweeper off; metrics on, their EMF lines counted and dropped instead of printed. Latency: from just before the run-finished send to the SentTimestamp of runtime-cleaned; delete duration from the provisioner audit; overhead = the difference.',
@@ -187,6 +195,8 @@ function parseConcurrency(text: string | undefined): Partial<StackConcurrency> |
 async function publishReport(results: BenchResults, sourceFile: string): Promise<void> {
   if (results.locks) await writeFile(join(RESULTS_DIR, 'lease-renewal-p99.svg'), chartOf(results));
   await writeFile(join(RESULTS_DIR, 'README-table.md'), renderMarkdown(results, sourceFile));
+  const readme = await readFile(README, 'utf8');
+  await writeFile(README, replaceReadmeSection(readme, renderReadmeSection(results, sourceFile)));
 }
 
 async function main(): Promise<number> {
@@ -198,6 +208,7 @@ async function main(): Promise<number> {
       render: { type: 'string' },
       'sqs-process': { type: 'boolean', default: false },
       concurrency: { type: 'string' },
+      'cpu-prof': { type: 'boolean', default: false },
       help: { type: 'boolean', default: false },
     },
     strict: true,
@@ -206,8 +217,8 @@ async function main(): Promise<number> {
     log(USAGE);
     return 0;
   }
-  if (values.only !== undefined && values.only !== 'locks' && values.only !== 'e2e') {
-    log(`--only must be locks or e2e\n${USAGE}`);
+  if (values.only !== undefined && !['locks', 'e2e', 'scale'].includes(values.only)) {
+    log(`--only must be locks, e2e or scale\n${USAGE}`);
     return 2;
   }
   const concurrency = parseConcurrency(values.concurrency);
@@ -218,7 +229,9 @@ async function main(): Promise<number> {
   if (values.render !== undefined) {
     const results = JSON.parse(await readFile(values.render, 'utf8')) as BenchResults;
     await publishReport(results, basename(values.render));
-    log(`rewrote bench/results/lease-renewal-p99.svg and README-table.md from ${values.render}`);
+    log(
+      `rewrote bench/results/lease-renewal-p99.svg, README-table.md and README.md's section from ${values.render}`,
+    );
     return 0;
   }
   const profile = PROFILES[values.quick ? 'quick' : 'full'];
@@ -251,9 +264,10 @@ async function main(): Promise<number> {
         `warning: load average ${machine.loadAverageAtStart[0]} — the machine is not quiet; figures will not be comparable with a quiet run`,
       );
     }
-    const locks = values.only === 'e2e' ? undefined : await runLocks(postgres, profile);
+    const runs = (part: 'locks' | 'e2e' | 'scale') => values.only === undefined || values.only === part;
+    const locks = runs('locks') ? await runLocks(postgres, profile) : undefined;
     let e2e: BenchResults['e2e'];
-    if (values.only !== 'locks') {
+    if (runs('e2e')) {
       log('part 2: end to end through the local stack');
       const report = await runE2eScenario({
         postgres,
@@ -261,8 +275,16 @@ async function main(): Promise<number> {
         log,
         sqsInOwnProcess: values['sqs-process'],
         concurrency,
+        ...(values['cpu-prof'] ? { profiler: await startWindowProfiler(join(RESULTS_DIR, 'profiles')) } : {}),
       });
       e2e = { ...report, profile: profile.e2e };
+    }
+    const scaleProfile: ScaleProfile | undefined =
+      profile.scale ?? (values.only === 'scale' ? PROFILES.full.scale : undefined);
+    let scale: BenchResults['scale'];
+    if (runs('scale') && scaleProfile) {
+      log(`part 3: fences at scale (${scaleProfile.runs} runs, ${scaleProfile.fences} fences)`);
+      scale = await runScaleScenario(postgres, scaleProfile, log);
     }
     machine.loadAverageAtEnd = currentLoadAverage();
     const durationSeconds = Math.round((performance.now() - started) / 100) / 10;
@@ -276,6 +298,7 @@ async function main(): Promise<number> {
       model: MODEL,
       ...(locks ? { locks } : {}),
       ...(e2e ? { e2e } : {}),
+      ...(scale ? { scale } : {}),
     };
     const results: BenchResults = {
       ...partial,

@@ -20,10 +20,10 @@ import {
   DeleteMessageBatchCommand,
   ReceiveMessageCommand,
   SendMessageBatchCommand,
+  SendMessageCommand,
   type SQSClient,
 } from '@aws-sdk/client-sqs';
 import type { Database } from '../../functions/adapters/database.ts';
-import { announceRunFinished } from '../../functions/adapters/publish.ts';
 import {
   createQueues,
   createSqsClient,
@@ -39,7 +39,9 @@ import { warmPool } from '../support/pools.ts';
 import type { BenchPostgres } from '../support/postgres.ts';
 import { deletesByGeneration, waitForSandboxesReady } from '../support/sandboxes.ts';
 import { type Summary, summarize } from '../support/stats.ts';
-import { type EmfSink, swallowEmfLines } from './emf-sink.ts';
+import type { WindowProfiler } from '../support/window-profiler.ts';
+import { swallowEmfLines } from './emf-sink.ts';
+import { type Floor, startFloor } from './floor.ts';
 import { countSqsCalls, difference } from './sqs-call-counter.ts';
 
 export interface E2eProfile {
@@ -47,6 +49,8 @@ export interface E2eProfile {
   pacedRuns: number;
   pacedPerSecond: number;
   burstRuns: number;
+  /** Cleanups of the memory run at delete latency 0: bursts of `burstRuns`, one after the other. */
+  memoryCleanups: number;
 }
 
 export interface PerCleanup {
@@ -75,6 +79,25 @@ export interface SubRunFigure {
   perCleanup: PerCleanup;
   cpu: CpuReport;
   duplicateCleanedEvents: number;
+  /** CPU of this process per cleanup, in ms. */
+  cpuMsPerCleanup: number;
+  /** Each one-round-trip transaction's round trip on its connection: the longest its locks were held. */
+  lockHoldMs: Summary;
+  /**
+   * Paced runs only: from the announcement (the run just became terminal) to the next run of the
+   * same scope admitted by the platform on receipt of runtime-cleaned; and that minus the delete.
+   */
+  turnaroundMs?: Summary;
+  turnaroundBeyondDeleteMs?: Summary;
+}
+
+/** The project's figure over the floor's, measured in the same run (lower is better but cleanups/s). */
+export interface FloorRatios {
+  cpuPerCleanup?: number;
+  sqsCallsPerCleanup?: number;
+  dbRoundTripsPerCleanup?: number;
+  burstCleanupsPerSecond?: number;
+  lockHoldP99?: number;
 }
 
 export interface E2eFigure {
@@ -83,6 +106,20 @@ export interface E2eFigure {
   error?: string;
   paced?: SubRunFigure & { perSecond: number };
   burst?: SubRunFigure;
+  /** The same sub-runs through the floor (floor.ts). */
+  floor?: { paced: SubRunFigure; burst: SubRunFigure };
+  /** Project ÷ floor: CPU, SQS calls and round trips per cleanup (burst), cleanups/s, lock hold p99 (paced). */
+  ratios?: FloorRatios;
+}
+
+export interface MemoryRun {
+  cleanups: number;
+  waves: number;
+  rssStartMiB: number;
+  rssPeakMiB: number;
+  rssEndMiB: number;
+  heapUsedStartMiB: number;
+  heapUsedPeakMiB: number;
 }
 
 export interface E2eReport {
@@ -90,6 +127,7 @@ export interface E2eReport {
   /** Where the SQS emulator ran: in the stack's process (the default, as `npm run stack`) or its own. */
   sqsEmulator: 'in-process' | 'own-process';
   figures: E2eFigure[];
+  memory?: MemoryRun;
 }
 
 export interface E2eContext {
@@ -100,6 +138,8 @@ export interface E2eContext {
   sqsInOwnProcess?: boolean;
   /** Pollers per consumed queue; the stack's defaults when omitted. */
   concurrency?: Partial<StackConcurrency>;
+  /** Profiles the measured window of each burst (`--cpu-prof`). */
+  profiler?: WindowProfiler;
 }
 
 export type StackConcurrency = Record<'fenceCheck' | 'release' | 'finalize', number>;
@@ -117,6 +157,7 @@ export async function runE2eScenario(context: E2eContext): Promise<E2eReport> {
   const stackErrors: string[] = [];
   let stack: Stack | undefined;
   let benchSqs: SQSClient | undefined;
+  let floor: Floor | undefined;
   let emulator: ChildHandle<{ endpoint: string }> | undefined;
   const sqsEmulator = context.sqsInOwnProcess ? 'own-process' : 'in-process';
   const concurrency = { ...DEFAULT_STACK_CONCURRENCY, ...context.concurrency };
@@ -148,22 +189,70 @@ export async function runE2eScenario(context: E2eContext): Promise<E2eReport> {
     const platformDb = await database.open({ maxConnections: 8 });
     await warmPool(platformDb, 8);
     const platform = new PlatformSimulator(platformDb, benchQueues, stack.provisionerUrl);
-    const subRun = buildSubRun({
-      stack,
-      counter,
+    // The functions share the stack's one Database object: timing its one-trip transactions here
+    // times every lock hold of the protocol (fence check, release guard, finalize).
+    const projectHolds: number[] = [];
+    const transact = stack.db.transact.bind(stack.db);
+    stack.db.transact = (text, values, observe) =>
+      transact(text, values, (ms) => {
+        projectHolds.push(ms);
+        observe?.(ms);
+      });
+    const floorDb = await database.open({ maxConnections: STACK_DB_CONNECTIONS });
+    floor = await startFloor({
+      sqsEndpoint: stack.sqsEndpoint,
+      db: floorDb,
+      provisionerUrl: stack.provisionerUrl,
+      concurrency: [concurrency.fenceCheck, concurrency.release, concurrency.finalize],
+    });
+    const common = {
       benchSqs,
-      benchQueues,
       platform,
       platformDb,
       stackErrors,
       databaseName: database.name,
       bridgePid: postgres.bridgePid,
-      emf,
+      provisioner: stack.provisioner!,
+    };
+    const stackRef = stack;
+    const subRun = buildSubRun({
+      ...common,
+      announceUrl: stack.createdQueues.get(QueueName.RUN_FINISHED)!.url,
+      cleanedUrl: stack.createdQueues.get(QueueName.RUNTIME_CLEANED)!.url,
+      db: stack.db,
+      counters: () => ({
+        db: { ...stackRef.db.stats },
+        queueCalls: stackRef.queues.stats.calls,
+        sqs: counter.snapshot(),
+        metricLines: emf.lines(),
+      }),
+      takeLockHolds: () => projectHolds.splice(0),
+      assertClean: () => assertNoDeadLetters(stackRef),
+      label: 'project',
+      ...(context.profiler ? { profiler: context.profiler } : {}),
+    });
+    const floorRef = floor;
+    const floorRun = buildSubRun({
+      ...common,
+      announceUrl: floor.startUrl,
+      cleanedUrl: floor.doneUrl,
+      db: floorDb,
+      counters: () => ({
+        db: { ...floorDb.stats },
+        queueCalls: 0,
+        sqs: floorRef.sqsCalls(),
+        metricLines: 0,
+      }),
+      takeLockHolds: () => floorRef.takeLockHolds(),
+      assertClean: async () => {},
+      label: 'floor',
+      ...(context.profiler ? { profiler: context.profiler } : {}),
     });
 
     // Warm-up (not reported): connections, JIT, the queues' URL caches.
     try {
       await subRun({ kind: 'paced', runs: 10, perSecond: 20, deleteLatencyMs: 0 });
+      await floorRun({ kind: 'paced', runs: 10, perSecond: 20, deleteLatencyMs: 0 });
     } catch (error) {
       log(`  e2e warm-up: INVALID — ${describeError(error)}`);
       const failed = (deleteLatencyMs: number): E2eFigure => ({
@@ -192,19 +281,42 @@ export async function runE2eScenario(context: E2eContext): Promise<E2eReport> {
         );
         const burst = await subRun({ kind: 'burst', runs: profile.burstRuns, deleteLatencyMs });
         log(`  e2e delete ${deleteLatencyMs} ms burst: ${burst.cleanupsPerSecond} cleanups/s`);
+        const floorPaced = await floorRun({
+          kind: 'paced',
+          runs: profile.pacedRuns,
+          perSecond: profile.pacedPerSecond,
+          deleteLatencyMs,
+        });
+        const floorBurst = await floorRun({ kind: 'burst', runs: profile.burstRuns, deleteLatencyMs });
+        const ratios = floorRatios({ paced, burst }, { paced: floorPaced, burst: floorBurst });
+        log(
+          `  e2e delete ${deleteLatencyMs} ms floor: ${floorBurst.cleanupsPerSecond} cleanups/s; project ÷ floor: CPU ×${ratios.cpuPerCleanup}, SQS calls ×${ratios.sqsCallsPerCleanup}, round trips ×${ratios.dbRoundTripsPerCleanup}, cleanups/s ×${ratios.burstCleanupsPerSecond}, lock hold p99 ×${ratios.lockHoldP99}`,
+        );
         figures.push({
           deleteLatencyMs,
           valid: true,
           paced: { ...paced, perSecond: profile.pacedPerSecond },
           burst,
+          floor: { paced: floorPaced, burst: floorBurst },
+          ratios,
         });
       } catch (error) {
         log(`  e2e delete ${deleteLatencyMs} ms: INVALID — ${describeError(error)}`);
         figures.push({ deleteLatencyMs, valid: false, error: describeError(error) });
       }
     }
-    return { stackConcurrency: concurrency, sqsEmulator, figures };
+    let memory: MemoryRun | undefined;
+    try {
+      memory = await memoryRun(subRun, profile);
+      log(
+        `  e2e memory over ${memory.cleanups} cleanups: RSS ${memory.rssStartMiB} → peak ${memory.rssPeakMiB} → end ${memory.rssEndMiB} MiB`,
+      );
+    } catch (error) {
+      log(`  e2e memory run: INVALID — ${describeError(error)}`);
+    }
+    return { stackConcurrency: concurrency, sqsEmulator, figures, ...(memory ? { memory } : {}) };
   } finally {
+    await floor?.stop();
     emf.restore();
     benchSqs?.destroy();
     await stack?.stop();
@@ -214,28 +326,76 @@ export async function runE2eScenario(context: E2eContext): Promise<E2eReport> {
   }
 }
 
+interface Counters {
+  db: { queries: number; transactions: number };
+  queueCalls: number;
+  sqs: Record<string, number>;
+  metricLines: number;
+}
+
 interface SubRunParts {
-  stack: Stack;
-  counter: ReturnType<typeof countSqsCalls>;
   benchSqs: SQSClient;
-  benchQueues: ReturnType<typeof createQueues>;
   platform: PlatformSimulator;
   platformDb: Database;
   stackErrors: string[];
   databaseName: string;
   bridgePid: number;
-  emf: EmfSink;
+  provisioner: NonNullable<Stack['provisioner']>;
+  /** Where a finished run is announced, and where its cleaned event appears. */
+  announceUrl: string;
+  cleanedUrl: string;
+  /** The pool whose stats count the round trips (the stack's, or the floor's). */
+  db: Database;
+  counters: () => Counters;
+  takeLockHolds: () => number[];
+  assertClean: () => Promise<void>;
+  /** Names the profile of a burst's measured window (`project` or `floor`). */
+  label: string;
+  profiler?: WindowProfiler;
 }
 
 type SubRunRequest =
   | { kind: 'paced'; runs: number; perSecond: number; deleteLatencyMs: number }
   | { kind: 'burst'; runs: number; deleteLatencyMs: number };
 
-function buildSubRun(parts: SubRunParts) {
-  const { stack, counter, benchSqs, benchQueues, platform, platformDb, stackErrors } = parts;
-  const provisioner = stack.provisioner;
-  if (!provisioner) throw new Error('the end-to-end benchmark needs the built-in provisioner');
-  const cleanedUrl = stack.createdQueues.get(QueueName.RUNTIME_CLEANED)!.url;
+type SubRun = (request: SubRunRequest) => Promise<SubRunFigure>;
+
+/**
+ * The next run of the scope, admitted the way the platform admits (scope lock, then an INSERT
+ * guarded by runtime_cleanup_blocked), tried again every 2 ms while the scope reads blocked.
+ * Returns the wall-clock moment it was admitted.
+ */
+const ADMIT_NEXT = `
+  INSERT INTO agent_runs (id, uid, conversation_id, conversation_thread_id, runtime_scope_id, run_type, status)
+  SELECT $1::text, $2::text, $3::bigint, $4::text, $5::text, 'chat', 'running'
+  WHERE NOT runtime_cleanup_blocked($2::text, $5::text)
+  RETURNING id`;
+
+async function admitNext(db: Database, run: AdmittedRun): Promise<number> {
+  const { scope } = run;
+  for (let attempt = 0; attempt < 5_000; attempt += 1) {
+    const admitted = await db.withTransaction(async (tx) => {
+      await tx.query('SELECT pg_advisory_xact_lock(runtime_cleanup_lock_key($1::text, $2::text))', [
+        scope.uid,
+        scope.runtimeScopeId,
+      ]);
+      const { rows } = await tx.query(ADMIT_NEXT, [
+        `${run.runId}-next`,
+        scope.uid,
+        scope.conversationId,
+        scope.threadId,
+        scope.runtimeScopeId,
+      ]);
+      return rows.length === 1;
+    });
+    if (admitted) return wallClockMs();
+    await new Promise((resolve) => setTimeout(resolve, 2));
+  }
+  throw new Error(`the scope of ${run.runId} stayed blocked after its runtime-cleaned event`);
+}
+
+function buildSubRun(parts: SubRunParts): SubRun {
+  const { benchSqs, platform, platformDb, stackErrors, provisioner } = parts;
 
   return async (request: SubRunRequest): Promise<SubRunFigure> => {
     const scopes: ScopeRef[] = [];
@@ -245,35 +405,56 @@ function buildSubRun(parts: SubRunParts) {
       provisioner,
       runs.map((run) => run.sandboxId),
     );
-    await warmPool(stack.db, STACK_DB_CONNECTIONS);
+    await warmPool(parts.db, STACK_DB_CONNECTIONS);
     provisioner.clearFaults();
     if (request.deleteLatencyMs > 0) provisioner.setFault('*', { latencyMs: request.deleteLatencyMs });
     const errorsBefore = stackErrors.length;
-    const countersNow = () => ({
-      db: { ...stack.db.stats },
-      queueCalls: stack.queues.stats.calls,
-      sqs: counter.snapshot(),
-      metricLines: parts.emf.lines(),
-    });
-    const before = countersNow();
-    let after: ReturnType<typeof countersNow>;
+    const before = parts.counters();
+    parts.takeLockHolds();
+    const byRunId = new Map(runs.map((run) => [run.runId, run]));
+    const admittedAt = new Map<string, number>();
+    const admissions: Promise<void>[] = [];
+    const onCleaned =
+      request.kind === 'paced'
+        ? (runId: string) => {
+            admissions.push(
+              admitNext(platformDb, byRunId.get(runId)!).then((at) => {
+                admittedAt.set(runId, at);
+              }),
+            );
+          }
+        : undefined;
+    let after: Counters;
     let cleaned: Awaited<CleanedEvents['finished']>;
-    let announcedAt: Map<string, number>;
+    let announcedAt = new Map<string, number>();
     let seconds: number;
     let cpuReport: CpuReport;
+    let holds: number[];
     try {
       const cpu = await startCpuProbe({ bridgePid: parts.bridgePid, databaseName: parts.databaseName });
       const started = performance.now();
-      const collector = collectCleaned(benchSqs, cleanedUrl, new Set(runs.map((run) => run.runId)));
-      announcedAt =
-        request.kind === 'paced'
-          ? await announcePaced(benchQueues, runs, request.perSecond)
-          : await announceBurst(benchSqs, stack.createdQueues.get(QueueName.RUN_FINISHED)!.url, runs);
-      await collector.complete;
+      const collector = collectCleaned(benchSqs, parts.cleanedUrl, new Set(byRunId.keys()), onCleaned);
+      const measured = async () => {
+        announcedAt =
+          request.kind === 'paced'
+            ? await announcePaced(benchSqs, parts.announceUrl, runs, request.perSecond)
+            : await announceBurst(benchSqs, parts.announceUrl, runs);
+        await collector.complete;
+      };
+      if (parts.profiler && request.kind === 'burst') {
+        await parts.profiler.around(
+          `${parts.label}-burst-${request.deleteLatencyMs}ms-${runs.length}`,
+          measured,
+        );
+      } else {
+        await measured();
+      }
       seconds = (performance.now() - started) / 1000;
-      after = countersNow();
+      after = parts.counters();
+      holds = parts.takeLockHolds();
       cpuReport = await cpu.stop();
       cleaned = await collector.finished;
+      await Promise.all(admissions);
     } finally {
       provisioner.clearFaults();
     }
@@ -284,7 +465,7 @@ function buildSubRun(parts: SubRunParts) {
       );
     }
     await assertConverged(platformDb, provisioner, runs);
-    await assertNoDeadLetters(stack);
+    await parts.assertClean();
 
     const deletes = deletesByGeneration(provisioner.audit());
     const latency: number[] = [];
@@ -292,6 +473,8 @@ function buildSubRun(parts: SubRunParts) {
     const overhead: number[] = [];
     const beforeDelete: number[] = [];
     const afterDelete: number[] = [];
+    const turnaround: number[] = [];
+    const turnaroundBeyondDelete: number[] = [];
     for (const run of runs) {
       const announced = announcedAt.get(run.runId)!;
       const event = cleaned.sentAt.get(run.runId)!;
@@ -302,6 +485,11 @@ function buildSubRun(parts: SubRunParts) {
       overhead.push(event - announced - deleteDuration);
       beforeDelete.push(audit.startedAt - announced);
       afterDelete.push(event - audit.endedAt!);
+      const admitted = admittedAt.get(run.runId);
+      if (admitted !== undefined) {
+        turnaround.push(admitted - announced);
+        turnaroundBeyondDelete.push(admitted - announced - deleteDuration);
+      }
     }
     const firstAnnounce = Math.min(...announcedAt.values());
     const lastCleaned = Math.max(...cleaned.sentAt.values());
@@ -328,7 +516,52 @@ function buildSubRun(parts: SubRunParts) {
       },
       cpu: cpuReport,
       duplicateCleanedEvents: cleaned.duplicates,
+      cpuMsPerCleanup:
+        Math.round(((cpuReport.seconds * cpuReport.cores.benchProcess * 1000) / runs.length) * 100) / 100,
+      lockHoldMs: summarize(holds),
+      ...(turnaround.length
+        ? { turnaroundMs: summarize(turnaround), turnaroundBeyondDeleteMs: summarize(turnaroundBeyondDelete) }
+        : {}),
     };
+  };
+}
+
+function floorRatios(
+  project: { paced: SubRunFigure; burst: SubRunFigure },
+  floor: { paced: SubRunFigure; burst: SubRunFigure },
+): FloorRatios {
+  const over = (a: number | undefined, b: number | undefined) =>
+    a === undefined || b === undefined || b === 0 ? undefined : Math.round((a / b) * 100) / 100;
+  return {
+    cpuPerCleanup: over(project.burst.cpuMsPerCleanup, floor.burst.cpuMsPerCleanup),
+    sqsCallsPerCleanup: over(project.paced.perCleanup.allSqsCalls, floor.paced.perCleanup.allSqsCalls),
+    dbRoundTripsPerCleanup: over(project.paced.perCleanup.dbRoundTrips, floor.paced.perCleanup.dbRoundTrips),
+    burstCleanupsPerSecond: over(project.burst.cleanupsPerSecond, floor.burst.cleanupsPerSecond),
+    lockHoldP99: over(project.paced.lockHoldMs.p99, floor.paced.lockHoldMs.p99),
+  };
+}
+
+/** Bursts of `burstRuns` at delete latency 0, one after the other, until `memoryCleanups`: RSS over all. */
+async function memoryRun(subRun: SubRun, profile: E2eProfile): Promise<MemoryRun> {
+  const waves = Math.max(1, Math.ceil(profile.memoryCleanups / profile.burstRuns));
+  const start = process.memoryUsage();
+  let rssPeak = start.rss / 2 ** 20;
+  let heapPeak = start.heapUsed / 2 ** 20;
+  for (let wave = 0; wave < waves; wave += 1) {
+    const figure = await subRun({ kind: 'burst', runs: profile.burstRuns, deleteLatencyMs: 0 });
+    rssPeak = Math.max(rssPeak, figure.cpu.memoryMiB?.rssPeak ?? 0);
+    heapPeak = Math.max(heapPeak, figure.cpu.memoryMiB?.heapUsedPeak ?? 0);
+  }
+  const end = process.memoryUsage();
+  const mib = (value: number) => Math.round(value * 10) / 10;
+  return {
+    cleanups: waves * profile.burstRuns,
+    waves,
+    rssStartMiB: mib(start.rss / 2 ** 20),
+    rssPeakMiB: mib(rssPeak),
+    rssEndMiB: mib(end.rss / 2 ** 20),
+    heapUsedStartMiB: mib(start.heapUsed / 2 ** 20),
+    heapUsedPeakMiB: mib(heapPeak),
   };
 }
 
@@ -336,18 +569,23 @@ function buildSubRun(parts: SubRunParts) {
 const wallClockMs = () => performance.timeOrigin + performance.now();
 
 async function announcePaced(
-  queues: ReturnType<typeof createQueues>,
+  sqs: SQSClient,
+  queueUrl: string,
   runs: readonly AdmittedRun[],
   perSecond: number,
 ): Promise<Map<string, number>> {
   const announcedAt = new Map<string, number>();
   const started = performance.now();
-  const sends: Promise<string>[] = [];
+  const sends: Promise<unknown>[] = [];
   for (const [index, run] of runs.entries()) {
     const due = started + (index * 1000) / perSecond;
     await new Promise((resolve) => setTimeout(resolve, Math.max(0, due - performance.now())));
     announcedAt.set(run.runId, wallClockMs());
-    sends.push(announceRunFinished(queues, run.runId));
+    sends.push(
+      sqs.send(
+        new SendMessageCommand({ QueueUrl: queueUrl, MessageBody: JSON.stringify({ runId: run.runId }) }),
+      ),
+    );
   }
   await Promise.all(sends);
   return announcedAt;
@@ -396,7 +634,12 @@ interface CleanedEvents {
  * a long poll whose client went away, and the message it would then take would stay invisible for
  * the visibility timeout.
  */
-function collectCleaned(sqs: SQSClient, queueUrl: string, expected: ReadonlySet<string>): CleanedEvents {
+function collectCleaned(
+  sqs: SQSClient,
+  queueUrl: string,
+  expected: ReadonlySet<string>,
+  onCleaned?: (runId: string) => void,
+): CleanedEvents {
   const sentAt = new Map<string, number>();
   let duplicates = 0;
   const deadline = Date.now() + COLLECT_TIMEOUT_MS;
@@ -418,7 +661,10 @@ function collectCleaned(sqs: SQSClient, queueUrl: string, expected: ReadonlySet<
         const sent = Number(message.Attributes?.SentTimestamp);
         if (!runId || !expected.has(runId)) continue;
         if (sentAt.has(runId)) duplicates += 1;
-        else sentAt.set(runId, sent);
+        else {
+          sentAt.set(runId, sent);
+          onCleaned?.(runId);
+        }
       }
       if (sentAt.size === expected.size) markComplete();
       if (messages.length) {

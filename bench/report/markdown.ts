@@ -1,7 +1,9 @@
 /**
- * `bench/results/README-table.md`: the tables to paste into the README, generated from one run's
- * JSON. Also what the benchmark prints at the end.
+ * `bench/results/README-table.md`: every table of one run, generated from its JSON (also what the
+ * benchmark prints at the end); and the README's benchmark section (`renderReadmeSection`), which
+ * a published run writes between the README's `bench:begin` and `bench:end` markers.
  */
+import type { SubRunFigure } from '../e2e/scenario.ts';
 import { Design } from '../locks/scenario.ts';
 import type { Summary } from '../support/stats.ts';
 import { type BenchResults, lockFigure } from './results.ts';
@@ -149,6 +151,42 @@ export function renderMarkdown(results: BenchResults, sourceFile: string): strin
           `${fmt(paced.perCleanup.functionSqsCalls)} / ${fmt(paced.perCleanup.allSqsCalls)} (burst ${fmt(burst.perCleanup.allSqsCalls)}) |`,
       );
     }
+    if (e2e.figures.some((f) => f.floor)) {
+      lines.push(
+        '',
+        '**Against the floor, measured in the same run** (`bench/e2e/floor.ts`: the same emulator, database path and provisioner; 3 hops of one send, one receive and one delete; 2 one-round-trip transactions; one HTTP DELETE; no logic). Project ÷ floor:',
+        '',
+        '| delete latency | CPU / cleanup (burst, ms) | SQS calls / cleanup (paced) | DB round trips / cleanup | burst cleanups/s | lock hold p99 (ms) | scope turnaround p50 / p99 (ms) | turnaround beyond the delete p50 / p99 |',
+        '|---:|---:|---:|---:|---:|---:|---:|---:|',
+      );
+      for (const f of e2e.figures) {
+        if (!f.valid || !f.paced || !f.burst || !f.floor || !f.ratios) continue;
+        const { paced, burst, floor, ratios } = f;
+        const x = (value: number | undefined) => (value === undefined ? '—' : `×${fmt(value)}`);
+        const turn = (figure: SubRunFigure) => (figure.turnaroundMs ? pair(figure.turnaroundMs) : '—');
+        const beyond = (figure: SubRunFigure) =>
+          figure.turnaroundBeyondDeleteMs ? pair(figure.turnaroundBeyondDeleteMs) : '—';
+        lines.push(
+          `| ${f.deleteLatencyMs} ms | ${fmt(burst.cpuMsPerCleanup)} vs ${fmt(floor.burst.cpuMsPerCleanup)} **${x(ratios.cpuPerCleanup)}** | ` +
+            `${fmt(paced.perCleanup.allSqsCalls)} vs ${fmt(floor.paced.perCleanup.allSqsCalls)} **${x(ratios.sqsCallsPerCleanup)}** | ` +
+            `${fmt(paced.perCleanup.dbRoundTrips)} vs ${fmt(floor.paced.perCleanup.dbRoundTrips)} **${x(ratios.dbRoundTripsPerCleanup)}** | ` +
+            `${fmt(burst.cleanupsPerSecond)} vs ${fmt(floor.burst.cleanupsPerSecond)} **${x(ratios.burstCleanupsPerSecond)}** | ` +
+            `${fmt(paced.lockHoldMs.p99)} vs ${fmt(floor.paced.lockHoldMs.p99)} **${x(ratios.lockHoldP99)}** | ` +
+            `${turn(paced)} (floor ${turn(floor.paced)}) | ${beyond(paced)} (floor ${beyond(floor.paced)}) |`,
+        );
+      }
+      lines.push(
+        '',
+        'Scope turnaround: from the announcement of a finished run to the next run of the same scope admitted by the platform (scope lock, `runtime_cleanup_blocked`) on receipt of its runtime-cleaned event. Lock hold: each one-round-trip transaction’s round trip on its connection, the longest its locks can have been held.',
+      );
+    }
+    if (e2e.memory) {
+      const m = e2e.memory;
+      lines.push(
+        '',
+        `Memory over ${m.cleanups} cleanups (${m.waves} bursts back to back at delete latency 0): RSS ${fmt(m.rssStartMiB)} → peak ${fmt(m.rssPeakMiB)} → end ${fmt(m.rssEndMiB)} MiB; JS heap used ${fmt(m.heapUsedStartMiB)} → peak ${fmt(m.heapUsedPeakMiB)} MiB.`,
+      );
+    }
     const burstAtZero = e2e.figures.find((f) => f.deleteLatencyMs === 0 && f.valid)?.burst;
     if (burstAtZero) {
       const c = burstAtZero.cpu;
@@ -169,6 +207,33 @@ export function renderMarkdown(results: BenchResults, sourceFile: string): strin
     lines.push('');
   }
 
+  const scale = results.scale;
+  if (scale) {
+    lines.push(
+      '### Fences at scale',
+      '',
+      `A generated dataset of ${scale.profile.runs.toLocaleString('en')} runs with ${scale.profile.fences.toLocaleString('en')} pending root fences (generated in ${fmt(scale.generateSeconds)} s). Client-side latency through the driver and bridge, ms:`,
+      '',
+      '| statement | p50 | p99 | samples |',
+      '|---|---:|---:|---:|',
+      ...scale.statements.map(
+        (statement) =>
+          `| ${statement.name} | ${fmt(statement.latencyMs.p50)} | ${fmt(statement.latencyMs.p99)} | ${statement.latencyMs.count} |`,
+      ),
+      '',
+      ...scale.statements.flatMap((statement) => [
+        `<details><summary>plan: ${statement.name}</summary>`,
+        '',
+        '```',
+        statement.plan,
+        '```',
+        '',
+        '</details>',
+        '',
+      ]),
+    );
+  }
+
   lines.push('### Targets', '', '| target | measured | met |', '|---|---|---|');
   for (const t of results.targets) {
     const met = t.met === undefined ? 'not evaluated' : t.met ? 'yes' : `**no** — ${t.missedBy ?? ''}`;
@@ -176,4 +241,52 @@ export function renderMarkdown(results: BenchResults, sourceFile: string): strin
   }
   lines.push('');
   return lines.join('\n');
+}
+
+export const README_BEGIN =
+  '<!-- bench:begin (generated by `npm run bench`; edit the benchmark, not this section) -->';
+export const README_END = '<!-- bench:end -->';
+
+/**
+ * The README's section: the run's header, the project against the floor, memory, fences at scale
+ * and the targets, taken from the full table; the lock-hold tables stay in README-table.md.
+ */
+export function renderReadmeSection(results: BenchResults, sourceFile: string): string {
+  const full = renderMarkdown(results, sourceFile).split('\n');
+  const header = full.slice(2, 3);
+  const from = (marker: string) => {
+    const index = full.findIndex((line) => line.startsWith(marker));
+    return index;
+  };
+  const floorAt = from('**Against the floor');
+  const burstAt = from('Burst at delete latency 0');
+  const scaleAt = from('### Fences at scale');
+  const targetsAt = from('### Targets');
+  const pick = (start: number, end: number) =>
+    start < 0 ? [] : full.slice(start, end < 0 ? undefined : end);
+  const scaleTable =
+    scaleAt < 0
+      ? []
+      : full.slice(
+          scaleAt,
+          full.findIndex((line, i) => i > scaleAt && line.startsWith('<details>')),
+        );
+  return [
+    README_BEGIN,
+    ...header,
+    '',
+    ...pick(floorAt, burstAt >= 0 ? burstAt : scaleAt >= 0 ? scaleAt : targetsAt),
+    ...scaleTable.map((line) => line.replace('### Fences at scale', '**Fences at scale**')),
+    ...pick(targetsAt, -1).map((line) => line.replace('### Targets', '**Targets**')),
+    `Every table of this run (lock hold and contention against the delete latency, the baseline, CPU and event loop): [\`bench/results/README-table.md\`](bench/results/README-table.md); the figures: \`bench/results/${sourceFile}\`; the profile: [\`bench/results/profile-summary.md\`](bench/results/profile-summary.md).`,
+    README_END,
+  ].join('\n');
+}
+
+/** The README with its benchmark section replaced; throws if the markers are missing. */
+export function replaceReadmeSection(readme: string, section: string): string {
+  const begin = readme.indexOf(README_BEGIN);
+  const end = readme.indexOf(README_END);
+  if (begin < 0 || end < begin) throw new Error('README.md has no bench:begin / bench:end markers');
+  return readme.slice(0, begin) + section + readme.slice(end + README_END.length);
 }

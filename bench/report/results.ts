@@ -7,6 +7,7 @@
 import type { E2eReport } from '../e2e/scenario.ts';
 import type { LockFigure, LockScenarioProfile, LockVariant } from '../locks/scenario.ts';
 import type { BenchProfile } from '../profiles.ts';
+import type { ScaleReport } from '../scale/scenario.ts';
 import type { MachineDescription } from '../support/machine.ts';
 
 export const RESULTS_SCHEMA = 2 as const;
@@ -28,6 +29,7 @@ export interface BenchResults {
     ratios: LockRatios[];
   };
   e2e?: E2eReport & { profile: BenchProfile['e2e'] };
+  scale?: ScaleReport;
   targets: TargetEvaluation[];
   /** False if any figure was invalid (a cleanup did not converge, an error): such figures are not reported. */
   valid: boolean;

@@ -11,6 +11,34 @@ const LOCK_HOLD_P99_MS = 10;
 const OVERHEAD_P50_MS = 30;
 const OVERHEAD_P99_MS = 100;
 const CLEANUPS_PER_SECOND = 150;
+/** Issue 15: lock hold with the deployed pool, and the project's figures as multiples of the floor. */
+const ISSUE15_LOCK_HOLD_P99_MS = 5;
+const FLOOR_CPU_MAX = 1.5;
+const FLOOR_SQS_MAX = 1.5;
+const FLOOR_THROUGHPUT_MIN = 0.75;
+const TURNAROUND_BEYOND_DELETE_P50_MS = 15;
+
+function ratioTarget(
+  id: string,
+  target: string,
+  values: Array<{ latency: number; ratio: number | undefined }>,
+  limit: number,
+  atMost: boolean,
+): TargetEvaluation {
+  const measured = values.map((v) => `${v.latency}: ×${v.ratio ?? '—'}`).join(', ');
+  const known = values.map((v) => v.ratio).filter((v): v is number => v !== undefined);
+  if (!values.length || known.length < values.length)
+    return { id, target, measured: measured || 'not measured', met: undefined };
+  const worstRatio = atMost ? Math.max(...known) : Math.min(...known);
+  const met = atMost ? worstRatio <= limit : worstRatio >= limit;
+  return {
+    id,
+    target,
+    measured: `per delete latency ${measured}`,
+    met,
+    ...(met ? {} : { missedBy: `×${worstRatio} against ×${limit}` }),
+  };
+}
 
 const ms = (value: number) => `${value} ms`;
 
@@ -121,6 +149,58 @@ export function evaluateTargets(results: Omit<BenchResults, 'targets' | 'valid'>
       throughput.missedBy = `${Math.round((CLEANUPS_PER_SECOND - atZero.cleanupsPerSecond) * 10) / 10}/s short (${Math.round((atZero.cleanupsPerSecond / CLEANUPS_PER_SECOND) * 100)}% of the target)`;
     }
     evaluations.push(throughput);
+
+    const ratios = (pick: (r: NonNullable<(typeof figures)[number]['ratios']>) => number | undefined) =>
+      figures.map((f) => ({
+        latency: f.deleteLatencyMs,
+        ratio: f.valid && f.ratios ? pick(f.ratios) : undefined,
+      }));
+    evaluations.push(
+      ratioTarget(
+        'floor-cpu',
+        `CPU per cleanup ≤ ${FLOOR_CPU_MAX}× the floor's (burst)`,
+        ratios((r) => r.cpuPerCleanup),
+        FLOOR_CPU_MAX,
+        true,
+      ),
+      ratioTarget(
+        'floor-sqs',
+        `SQS calls per cleanup ≤ ${FLOOR_SQS_MAX}× the floor's`,
+        ratios((r) => r.sqsCallsPerCleanup),
+        FLOOR_SQS_MAX,
+        true,
+      ),
+      ratioTarget(
+        'floor-throughput',
+        `burst cleanups/s ≥ ${FLOOR_THROUGHPUT_MIN}× the floor's`,
+        ratios((r) => r.burstCleanupsPerSecond),
+        FLOOR_THROUGHPUT_MIN,
+        false,
+      ),
+      below(
+        'turnaround-beyond-delete-p50',
+        `scope turnaround beyond the delete p50 < ${TURNAROUND_BEYOND_DELETE_P50_MS} ms`,
+        TURNAROUND_BEYOND_DELETE_P50_MS,
+        worst(figures.map((f) => (f.valid ? f.paced?.turnaroundBeyondDeleteMs?.p50 : undefined))),
+        `worst, paced runs; per delete latency ${per((f) => f.paced?.turnaroundBeyondDeleteMs?.p50)}`,
+      ),
+    );
+  }
+  if (locks) {
+    const deployed = locks.variants.find((v) => v.id === VariantId.SPLIT_DEPLOYED_POOL);
+    if (deployed) {
+      const latencies = locks.profile.deleteLatenciesMs;
+      const at = (latency: number) => lockFigure(locks.figures, deployed.id, latency)?.advisoryHoldMs.p99;
+      evaluations.push(
+        below(
+          'issue15-lock-hold-p99',
+          `${deployed.label}: advisory-lock hold p99 < ${ISSUE15_LOCK_HOLD_P99_MS} ms (one round trip), flat across delete latencies`,
+          ISSUE15_LOCK_HOLD_P99_MS,
+          worst(latencies.map(at)),
+          `worst; per delete latency ${latencies.map((l) => `${l}: ${at(l) ?? '—'}`).join(', ')}`,
+        ),
+      );
+    }
   }
   return evaluations;
 }

@@ -86,6 +86,8 @@ export interface ProcessReport {
 export interface MemoryReport {
   rssStart: number;
   rssPeak: number;
+  /** When the probe stopped (absent in results written before it was measured). */
+  rssEnd?: number;
   heapUsedStart: number;
   heapUsedPeak: number;
 }
@@ -114,6 +116,7 @@ function startMemorySampler(): { stop(): MemoryReport } {
     stop() {
       clearInterval(timer);
       sample();
+      report.rssEnd = mib(process.memoryUsage().rss);
       return report;
     },
   };
@@ -269,6 +272,7 @@ function mergeMemory(reports: readonly { memoryMiB?: MemoryReport }[]): MemoryRe
   return {
     rssStart: measured[0]!.rssStart,
     rssPeak: Math.max(...measured.map((m) => m.rssPeak)),
+    ...(measured.at(-1)!.rssEnd !== undefined ? { rssEnd: measured.at(-1)!.rssEnd } : {}),
     heapUsedStart: measured[0]!.heapUsedStart,
     heapUsedPeak: Math.max(...measured.map((m) => m.heapUsedPeak)),
   };

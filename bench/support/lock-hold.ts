@@ -39,6 +39,34 @@ export function withLockHoldProbe(
     query: (text, values) => db.query(text, values),
     queryOnce: (text, values) => db.queryOnce(text, values),
     end: () => db.end(),
+    /**
+     * A one-round-trip transaction (BEGIN, the decision, COMMIT in one message): the server takes
+     * and releases the locks while handling that one message, so the hold is at most the
+     * message's round trip on its connection (the adapter times it; a wait for a pool slot is not
+     * in it), and no other trip happens under the lock.
+     */
+    async transact(text, values) {
+      const started = performance.now();
+      let roundTripMs: number | undefined;
+      let failed = false;
+      try {
+        return await db.transact(text, values, (ms) => {
+          roundTripMs = ms;
+        });
+      } catch (error) {
+        failed = true;
+        throw error;
+      } finally {
+        record({
+          phase,
+          advisoryMs: roundTripMs ?? null,
+          rowMs: roundTripMs ?? null,
+          transactionMs: performance.now() - started,
+          roundTripsUnderLock: roundTripMs === undefined ? 0 : 1,
+          failed,
+        });
+      }
+    },
     async withTransaction(work) {
       const started = performance.now();
       let advisoryAt: number | undefined;

@@ -5,6 +5,7 @@ import type { Database, Executor } from '../cleanup/executor.ts';
 import { CONFIG_DEFAULTS, redactUrl } from './config.ts';
 import { DatabaseAuthenticationError, DatabaseLockTimeoutError, DatabaseUnavailableError } from './errors.ts';
 import { isLoopbackHost } from './loopback.ts';
+import { inlineParameters } from './sql-literal.ts';
 
 export type { Database, Executor };
 
@@ -41,6 +42,18 @@ export interface DatabaseOptions {
    * QUERY_TIMEOUT_MARGIN_MS, so the server's own `statement_timeout` ends a slow statement first.
    */
   queryTimeoutMs?: number;
+  /**
+   * How long a transaction may sit idle between statements before the server ends its session
+   * (`idle_in_transaction_session_timeout`): a client that stalls inside a transaction (a frozen
+   * Lambda, a descheduled process) must not keep the scope's locks. Defaults to the statement
+   * timeout: no protocol transaction waits on anything between two statements but this process.
+   */
+  idleInTransactionTimeoutMs?: number;
+  /**
+   * The whole transaction's bound (`transaction_timeout`, PostgreSQL 17 and later; ignored by an
+   * older server). Defaults to the lock timeout plus two statement timeouts.
+   */
+  transactionTimeoutMs?: number;
   /** Called for errors on idle connections (e.g. a backend terminated while parked in the pool). */
   onIdleError?: (error: Error) => void;
 }
@@ -62,6 +75,13 @@ export const SQLSTATE = {
   SERIALIZATION_FAILURE: '40001',
   TOO_MANY_CONNECTIONS: '53300',
   /**
+   * The server ended a session that sat idle inside a transaction longer than
+   * idle_in_transaction_session_timeout (25P03), or a transaction that outlived
+   * transaction_timeout (25P04, PostgreSQL 17+). The connection is gone; the work is retryable.
+   */
+  IDLE_IN_TRANSACTION_TIMEOUT: '25P03',
+  TRANSACTION_TIMEOUT: '25P04',
+  /**
    * Credentials refused. (PgBouncer 1.18 itself reports a failed login as 08P01, measured here:
    * a rotation behind a self-hosted PgBouncer is then retried as a lost connection and picked up
    * at the next cold start. Neon's proxy and PostgreSQL answer 28P01.)
@@ -79,6 +99,8 @@ const RETRYABLE_SQLSTATES = new Set<string>([
   SQLSTATE.DEADLOCK_DETECTED,
   SQLSTATE.SERIALIZATION_FAILURE,
   SQLSTATE.TOO_MANY_CONNECTIONS,
+  SQLSTATE.IDLE_IN_TRANSACTION_TIMEOUT,
+  SQLSTATE.TRANSACTION_TIMEOUT,
 ]);
 
 /** Maps a driver error onto the cleanup's error classes; programming errors pass through. */
@@ -276,9 +298,16 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
   };
   const lockTimeoutMs = Math.trunc(options.lockTimeoutMs);
   const statementTimeoutMs = Math.trunc(options.statementTimeoutMs);
-  // Built once from validated integers (never from message text): one round trip opens the
-  // transaction and bounds it, and SET LOCAL also works behind a transaction-mode pooler.
-  const beginStatement = `BEGIN; SET LOCAL lock_timeout = ${lockTimeoutMs}; SET LOCAL statement_timeout = ${statementTimeoutMs}`;
+  const idleInTransactionTimeoutMs = Math.trunc(options.idleInTransactionTimeoutMs ?? statementTimeoutMs);
+  const transactionTimeoutMs = Math.trunc(
+    options.transactionTimeoutMs ?? lockTimeoutMs + 2 * statementTimeoutMs,
+  );
+  const beginStatement = beginTransactionStatement({
+    lockTimeoutMs,
+    statementTimeoutMs,
+    idleInTransactionTimeoutMs,
+    transactionTimeoutMs,
+  });
   const stats = { queries: 0, transactions: 0, reconnects: 0 };
 
   /**
@@ -384,6 +413,65 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
   };
 
   /**
+   * BEGIN, the bounds, the statement and COMMIT in one simple-query message: one round trip, and
+   * the statement's locks are released by the COMMIT that follows it in the same message. The
+   * results come back one per statement; the statement's is the one before COMMIT's. On an error
+   * the server skips the rest of the message and the transaction is left aborted (its locks are
+   * already released by then); the ROLLBACK that ends it is the only extra round trip.
+   */
+  const transactOnceInOneTrip = async <Row>(
+    target: Pool,
+    text: string,
+    values: readonly unknown[] | undefined,
+    observeRoundTrip: ((milliseconds: number) => void) | undefined,
+  ) => {
+    const statement = inlineParameters(text, values);
+    const client = await acquire(target);
+    stats.transactions += 1;
+    let broken: Error | undefined;
+    try {
+      const sentAt = performance.now();
+      const results = await sendMany(client, `${beginStatement}; ${statement}; COMMIT`);
+      observeRoundTrip?.(performance.now() - sentAt);
+      const result = results[results.length - 2]!;
+      return { rows: result.rows as Row[], rowCount: result.rowCount ?? 0 };
+    } catch (error) {
+      broken = failureOf(client, error);
+      if (!broken) {
+        try {
+          await send(client, 'ROLLBACK');
+        } catch (rollbackError) {
+          broken = rollbackError as Error;
+        }
+      }
+      throw error;
+    } finally {
+      client.release(broken);
+    }
+  };
+
+  /** A multi-statement simple query: one result per statement. */
+  const sendMany = async (client: PoolClient, text: string) => {
+    stats.queries += 1;
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        const error = timeoutError('query', queryTimeoutMs);
+        if (!brokenClients.has(client)) brokenClients.set(client, error);
+        reject(error);
+      }, queryTimeoutMs);
+    });
+    try {
+      const result = (await Promise.race([client.query(text), timedOut])) as unknown;
+      return (Array.isArray(result) ? result : [result]) as { rows: unknown[]; rowCount: number | null }[];
+    } catch (error) {
+      throw translateDatabaseError(error);
+    } finally {
+      clearTimeout(timer);
+    }
+  };
+
+  /**
    * Runs `attempt` once more on a fresh connection when its connection was lost (never after a
    * timeout). `query` gets it as `withTransaction` does; its deployed callers are all safe to
    * repeat: the release guard's single read, the sweeper's claim, unclaim and stats (sweep.ts says
@@ -406,10 +494,40 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     queryOnce: (text, values) => withCurrentCredentials((target) => queryOnce(target, text, values)),
     withTransaction: (work) =>
       withCurrentCredentials((target) => onceMoreIfLost(() => transactOnce(target, work))),
+    transact: (text, values, observeRoundTrip) =>
+      withCurrentCredentials((target) =>
+        onceMoreIfLost(() => transactOnceInOneTrip(target, text, values, observeRoundTrip)),
+      ),
     async end() {
       await Promise.all([...retired, pool].map((each) => each.end()));
     },
   };
+}
+
+export interface TransactionBounds {
+  lockTimeoutMs: number;
+  statementTimeoutMs: number;
+  idleInTransactionTimeoutMs: number;
+  transactionTimeoutMs: number;
+}
+
+/**
+ * What opens every transaction, built once from validated integers (never from message text).
+ *
+ * READ COMMITTED explicitly: the decisions re-read under their locks what the lock's previous
+ * holder committed, which only READ COMMITTED shows them; a database or role whose
+ * `default_transaction_isolation` is higher must not change that (the decision functions refuse
+ * to run otherwise). SET LOCAL (not SET) so that nothing outlives the transaction behind a
+ * transaction-mode pooler. `transaction_timeout` exists from PostgreSQL 17 on: set_config is
+ * called only where `current_setting(…, true)` finds the setting, so one text serves every server
+ * without asking its version first.
+ */
+export function beginTransactionStatement(bounds: TransactionBounds): string {
+  for (const [name, value] of Object.entries(bounds)) {
+    if (!Number.isSafeInteger(value) || value < 0) throw new Error(`${name} must be a non-negative integer`);
+  }
+  const { lockTimeoutMs, statementTimeoutMs, idleInTransactionTimeoutMs, transactionTimeoutMs } = bounds;
+  return `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = ${lockTimeoutMs}; SET LOCAL statement_timeout = ${statementTimeoutMs}; SET LOCAL idle_in_transaction_session_timeout = ${idleInTransactionTimeoutMs}; SELECT set_config('transaction_timeout', '${transactionTimeoutMs}', true) WHERE current_setting('transaction_timeout', true) IS NOT NULL`;
 }
 
 /**

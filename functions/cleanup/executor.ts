@@ -41,6 +41,24 @@ export interface Database extends Executor {
    */
   withTransaction<T>(work: (tx: Executor) => Promise<T>): Promise<T>;
   /**
+   * One statement as a whole transaction, sent in ONE round trip: BEGIN ISOLATION LEVEL READ
+   * COMMITTED, the same SET LOCAL bounds as `withTransaction`, the statement, COMMIT, all in one
+   * message. A lock the statement takes is therefore never held while anything travels between
+   * this process and the database. For the protocol's decision functions (phases 1 and 3, the
+   * release guard). Repeated once on a fresh connection after a lost connection, as a
+   * transaction is, so the statement must be safe to repeat.
+   */
+  transact<Row = Record<string, unknown>>(
+    text: string,
+    values?: readonly unknown[],
+    /**
+     * Told how long the message took from being sent on its connection to its answer: the
+     * longest its locks can have been held (the benchmarks report it; the wait for a pool slot
+     * is not in it).
+     */
+    observeRoundTrip?: (milliseconds: number) => void,
+  ): Promise<{ rows: Row[]; rowCount: number }>;
+  /**
    * Round trips and transactions so far (the benchmarks report them per cleanup), and how often a
    * statement or transaction was sent again after a lost connection.
    */

@@ -1,12 +1,74 @@
 import { RunNotFoundError } from './errors.ts';
 import type { Database, Executor } from './executor.ts';
-import { inspectRun, isTerminalStatus } from './inspect-run.ts';
-import { lockScope } from './scope-lock.ts';
 import { type CleanupIdentity, DeferralReason, FinalizeOutcome, type FinalizeResult } from './types.ts';
 
 /**
- * Clears the fence and marks the captured generation released, in one statement. The fence is
- * cleared only if it is still up; the generation only if it is still the captured one.
+ * Phase 3 — finalize, after a confirmed delete (or when there was nothing to delete): ONE call of
+ * `runtime_cleanup_finalize` (migration 008) in a one-round-trip transaction. Under the scope's
+ * advisory lock and the run's row lock it re-checks everything the delete relied on (the fence is
+ * the one phase 1 saw, no run is active in the scope, the Workdir and the scope's sandbox
+ * generation are unchanged, no delete is still in flight for the scope) and only then clears the
+ * fence and marks the generation released, naming it. Otherwise the fence stays and the outcome
+ * says why; the caller defers or restarts at phase 1.
+ *
+ * Concurrent finalizes of one run converge: the first clears, the rest see ALREADY_CLEAR.
+ */
+const FINALIZE = `
+  SELECT decision, blocking_run_id, changed, cleaned_at
+  FROM runtime_cleanup_finalize($1::text, $2::text, $3::text, $4::text, $5::text, $6::bigint, $7::text)`;
+
+interface FinalizeRow {
+  decision: string;
+  blocking_run_id: string | null;
+  changed: string[] | null;
+  cleaned_at: string | null;
+}
+
+export async function finalize(db: Database, identity: CleanupIdentity): Promise<FinalizeResult> {
+  const { rows } = await db.transact<FinalizeRow>(FINALIZE, [
+    identity.runId,
+    identity.uid,
+    identity.runtimeScopeId,
+    identity.workdirPath,
+    identity.sandboxId,
+    identity.generation,
+    identity.fenceSetAt,
+  ]);
+  const row = rows[0]!;
+  switch (row.decision) {
+    case 'run_not_found':
+      throw new RunNotFoundError(identity.runId);
+    case 'already_clear':
+      return { outcome: FinalizeOutcome.ALREADY_CLEAR };
+    case 'identity_changed':
+      return { outcome: FinalizeOutcome.IDENTITY_CHANGED, changed: row.changed ?? [] };
+    case 'run_not_terminal':
+      return {
+        outcome: FinalizeOutcome.DEFERRED,
+        reason: DeferralReason.RUN_NOT_TERMINAL,
+        blockingRunId: row.blocking_run_id!,
+      };
+    case 'scope_active':
+      return {
+        outcome: FinalizeOutcome.DEFERRED,
+        reason: DeferralReason.ACTIVE_RUN_IN_SCOPE,
+        blockingRunId: row.blocking_run_id!,
+      };
+    case 'delete_in_flight':
+      return {
+        outcome: FinalizeOutcome.DEFERRED,
+        reason: DeferralReason.DELETE_IN_FLIGHT,
+        blockingRunId: row.blocking_run_id ?? identity.runId,
+      };
+    case 'cleared':
+      return { outcome: FinalizeOutcome.CLEARED, cleanedAt: new Date(row.cleaned_at!).toISOString() };
+  }
+  throw new Error(`runtime_cleanup_finalize returned an unknown decision ${row.decision}`);
+}
+
+/**
+ * Clears the fence and marks the captured generation released (naming it), in one statement. The
+ * fence is cleared only if it is still up; the generation only if it is still the captured one.
  */
 const CLEAR_FENCE = `
   WITH cleared AS (
@@ -15,66 +77,20 @@ const CLEAR_FENCE = `
     RETURNING id
   ),
   released AS (
-    UPDATE sandbox_runtimes SET released_at = now()
+    UPDATE sandbox_runtimes
+    SET released_at = now(), released_sandbox_id = sandbox_id, released_generation = generation
     WHERE uid = $2::text AND runtime_scope_id = $3::text AND generation = $4::bigint AND sandbox_id = $5::text
-      AND released_at IS NULL AND EXISTS (SELECT 1 FROM cleared)
+      AND NOT runtime_cleanup_generation_released(released_at, released_sandbox_id, released_generation,
+                                                  sandbox_id, generation)
+      AND EXISTS (SELECT 1 FROM cleared)
     RETURNING generation
   )
   SELECT (SELECT count(*) FROM cleared)::int AS cleared, to_json(now()) #>> '{}' AS cleaned_at`;
 
 /**
- * Phase 3 — finalize, one short transaction after a confirmed delete (or when there was nothing
- * to delete): the same advisory lock, then lock and re-check the run. The fence is cleared only
- * if nothing the delete relied on moved: the fence is the one phase 1 saw, no run is active in
- * the scope, and the Workdir and the scope's sandbox generation are unchanged. Otherwise the
- * fence stays and the outcome says why; the caller defers or restarts at phase 1.
- *
- * Concurrent finalizes of one run converge: the first clears, the rest see ALREADY_CLEAR.
- */
-export async function finalize(db: Database, identity: CleanupIdentity): Promise<FinalizeResult> {
-  return db.withTransaction(async (tx) => {
-    await lockScope(tx, identity);
-    const facts = await inspectRun(tx, identity.runId);
-    if (!facts) throw new RunNotFoundError(identity.runId);
-    if (!facts.fencePending) return { outcome: FinalizeOutcome.ALREADY_CLEAR };
-
-    const changed: string[] = [];
-    if (facts.uid !== identity.uid || facts.runtimeScopeId !== identity.runtimeScopeId) changed.push('scope');
-    if (facts.fenceSetAt !== identity.fenceSetAt) changed.push('fence');
-    if (changed.length) return { outcome: FinalizeOutcome.IDENTITY_CHANGED, changed };
-
-    if (!isTerminalStatus(facts.status)) {
-      return {
-        outcome: FinalizeOutcome.DEFERRED,
-        reason: DeferralReason.RUN_NOT_TERMINAL,
-        blockingRunId: identity.runId,
-      };
-    }
-    if (facts.activeRunId) {
-      return {
-        outcome: FinalizeOutcome.DEFERRED,
-        reason: DeferralReason.ACTIVE_RUN_IN_SCOPE,
-        blockingRunId: facts.activeRunId,
-      };
-    }
-    if (facts.workdirPath !== identity.workdirPath || facts.conversationUid !== identity.uid)
-      changed.push('workdir');
-    // The live sandbox is named by its id *and* its generation: the provisioner counts generations
-    // per sandbox id, so a sandbox re-created under another id can carry the very same number
-    // (found by the chaos suite: that sandbox was then marked released and never deleted).
-    const live = facts.liveSandbox;
-    if (live !== null && live.sandboxId !== identity.sandboxId) changed.push('sandbox');
-    else if (live !== null && live.generation !== identity.generation) changed.push('generation');
-    if (changed.length) return { outcome: FinalizeOutcome.IDENTITY_CHANGED, changed };
-
-    return { outcome: FinalizeOutcome.CLEARED, cleanedAt: await clearFence(tx, identity) };
-  });
-}
-
-/**
- * The write of phase 3, for a caller that holds the scope's advisory lock and the run's row lock
- * and has re-checked everything: clears the fence and marks that sandbox generation released.
- * Returns when it happened (ISO). The benchmarks' baseline reuses it so both designs write alike.
+ * The write of phase 3 as a separate statement, for the benchmarks' baseline (the old design,
+ * which deletes inside its transaction): a caller that holds the scope's advisory lock and the
+ * run's row lock and has re-checked everything. Returns when it happened (ISO).
  */
 export async function clearFence(
   tx: Executor,

@@ -2,8 +2,9 @@ import type { Executor } from './executor.ts';
 import { TERMINAL_RUN_STATUSES } from './types.ts';
 
 /**
- * Locks the run row (`FOR UPDATE`) and reads, in the same statement, every fact phases 1 and 3
- * decide on: the fence, the run's own status, the first non-terminal run that shares its scope
+ * Locks the run row (`FOR UPDATE`) and reads, in the same statement, every fact a decision about
+ * the run rests on (the operator's force-clear and the benchmarks' baseline use it; phases 1 and 3
+ * decide inside PostgreSQL, migration 008): the fence, the run's own status, the first non-terminal run that shares its scope
  * or descends from it, its conversation's uid and Workdir, and the scope's sandbox generation.
  * Call it only with the scope's advisory lock held, so the facts cannot move until commit.
  *
@@ -33,7 +34,9 @@ const INSPECT_RUN = `
              ORDER BY a.id LIMIT 1),
            (SELECT d.id FROM descendants d WHERE d.status <> ALL ($2::text[]) ORDER BY d.id LIMIT 1)
          ) AS active_run_id,
-         s.sandbox_id, s.generation::text AS generation, s.released_at IS NOT NULL AS sandbox_released
+         s.sandbox_id, s.generation::text AS generation,
+         runtime_cleanup_generation_released(s.released_at, s.released_sandbox_id, s.released_generation,
+                                             s.sandbox_id, s.generation) AS sandbox_released
   FROM run
   LEFT JOIN conversations c
     ON c.id = run.conversation_id OR (run.conversation_id IS NULL AND c.thread_id = run.conversation_thread_id)

@@ -6,14 +6,15 @@ import {
   ReleaseRefusedError,
   RunNotFoundError,
 } from './errors.ts';
-import type { Executor } from './executor.ts';
+import type { Database, Executor } from './executor.ts';
 
 /**
- * The release guard: just before phase 2 deletes, ONE statement (autocommit, one round trip)
- * that takes the scope's advisory lock, checks everything the delete relies on, and, if the delete
+ * The release guard: just before phase 2 deletes, ONE statement in a one-round-trip READ
+ * COMMITTED transaction (`Database.transact`: BEGIN, the call and COMMIT in one message) that
+ * takes the scope's advisory lock, checks everything the delete relies on, and, if the delete
  * may go ahead, records on the scope's `sandbox_runtimes` row that a delete is in flight until a
- * deadline. The statement is `runtime_cleanup_begin_release` (migration 004); the lock it takes
- * ends with it, so no lock is held while the provisioner works.
+ * deadline. The statement is `runtime_cleanup_begin_release` (migration 004, refusing any
+ * isolation level but READ COMMITTED since 008); the lock it takes ends with it, so no lock is held while the provisioner works.
  *
  * Why not a plain read: a read cannot serialise with the platform's admission. Between the read
  * and the DELETE an operator's forced clear could drop the fence and the platform admit a new run
@@ -155,12 +156,12 @@ export interface BeginReleaseOptions {
  * database errors (retryable; DatabaseLockTimeoutError when the scope's lock is busy).
  */
 export async function beginRelease(
-  db: Executor,
+  db: Pick<Database, 'transact'>,
   target: ReleaseTarget,
   options: BeginReleaseOptions,
 ): Promise<ReleaseGuardResult> {
   const token = options.token ?? randomUUID();
-  const { rows } = await db.query<{
+  const { rows } = await db.transact<{
     verdict: string;
     blocking_run_id: string | null;
     in_flight_until: Date | null;

@@ -52,6 +52,8 @@ export type FenceCheckOutcome = (typeof FenceCheckOutcome)[keyof typeof FenceChe
 export const DeferralReason = {
   RUN_NOT_TERMINAL: 'run_not_terminal',
   ACTIVE_RUN_IN_SCOPE: 'active_run_in_scope',
+  /** Finalize only: a delete may still act on the scope's sandbox (its in-flight record is live). */
+  DELETE_IN_FLIGHT: 'delete_in_flight',
 } as const;
 export type DeferralReason = (typeof DeferralReason)[keyof typeof DeferralReason];
 

@@ -1,15 +1,22 @@
 /**
- * Lambda's SQS event source mapping, emulated with `sqs-consumer`: poll, build a real `SQSEvent`,
- * invoke the handler with a Lambda-like context, and delete exactly the records the partial batch
- * response did not list as failed. A handler that throws, or runs past its function timeout, has
+ * Lambda's SQS event source mapping, emulated: long-poll (20 s, as the mapping does) for up to the
+ * function's batch size (at most 10) per ReceiveMessage, build a real `SQSEvent`, invoke the
+ * handler with a Lambda-like context, and delete exactly the records the partial batch response
+ * did not list as failed, with one DeleteMessageBatch. No per-record SQS call: an idle queue
+ * costs one receive per poller per 20 s, a busy one one receive and one delete per batch. A handler that throws, or runs past its function timeout, has
  * nothing deleted: the whole batch comes back after the visibility timeout, as in Lambda.
  *
  * `concurrency` pollers per queue stand in for Lambda's concurrent instances (for FIFO queues,
  * SQS itself keeps one message group in flight at a time).
  */
-import type { Message, MessageAttributeValue, SQSClient } from '@aws-sdk/client-sqs';
+import {
+  DeleteMessageBatchCommand,
+  type Message,
+  type MessageAttributeValue,
+  ReceiveMessageCommand,
+  type SQSClient,
+} from '@aws-sdk/client-sqs';
 import type { Context, SQSBatchResponse, SQSEvent, SQSMessageAttributes, SQSRecord } from 'aws-lambda';
-import { Consumer } from 'sqs-consumer';
 
 export interface EventSourceOptions {
   client: SQSClient;
@@ -19,6 +26,8 @@ export interface EventSourceOptions {
   handler: (event: SQSEvent, context: Context) => Promise<SQSBatchResponse>;
   batchSize: number;
   timeoutSeconds: number;
+  /** Long-poll wait of each receive, in seconds (0-20); 20 unless told. */
+  waitTimeSeconds?: number;
   /** The queue's own visibility timeout; receives never ask for longer. */
   queueVisibilityTimeoutSeconds?: number;
   concurrency: number;
@@ -115,85 +124,141 @@ export function localLambdaContext(functionName: string, timeoutSeconds: number)
   };
 }
 
+/** SQS's longest long poll, and what Lambda's event source mapping itself uses. */
+export const LONG_POLL_SECONDS = 20;
+/** After a failed receive (the emulator restarting, say), before the next one. */
+const RECEIVE_ERROR_PAUSE_MS = 1_000;
+
 export function createEventSource(options: EventSourceOptions): EventSource {
   const region = options.region ?? 'us-east-1';
+  const waitTimeSeconds = options.waitTimeSeconds ?? LONG_POLL_SECONDS;
+  // Received messages stay invisible for the function timeout plus a margin, not the queue's (6x
+  // longer) default: a stack killed mid-batch has its messages back within a minute or three
+  // instead of up to 18, while a running invocation is never redelivered under it.
+  const visibilityTimeout = Math.min(
+    options.queueVisibilityTimeoutSeconds ?? Number.POSITIVE_INFINITY,
+    options.timeoutSeconds + 10,
+  );
+  let stopped = true;
+  /** The receives waiting right now, one per idle poller, aborted by stop(). */
+  const receiving = new Set<AbortController>();
+  let loops: Promise<void>[] = [];
   const firstPolls: Promise<void>[] = [];
-  const consumers = Array.from({ length: options.concurrency }, () => {
-    let signalPolling: () => void = () => {};
-    firstPolls.push(new Promise<void>((resolve) => (signalPolling = resolve)));
-    const consumer = Consumer.create({
-      queueUrl: options.queueUrl,
-      sqs: options.client,
-      useQueueUrlAsEndpoint: false,
-      batchSize: options.batchSize,
-      // Received messages stay invisible for the function timeout plus a margin, not the queue's
-      // (6x longer) default: a stack killed mid-batch has its messages back within a minute or
-      // three instead of up to 18, while a running invocation is never redelivered under it.
-      visibilityTimeout: Math.min(
-        options.queueVisibilityTimeoutSeconds ?? Number.POSITIVE_INFINITY,
-        options.timeoutSeconds + 10,
-      ),
-      waitTimeSeconds: 1,
-      pollingWaitTimeMs: 0,
-      pollingCompleteWaitTimeMs: 5_000,
-      attributeNames: ['All'],
-      messageSystemAttributeNames: ['All'],
-      messageAttributeNames: ['All'],
-      suppressFifoWarning: true,
-      preReceiveMessageCallback: async () => signalPolling(),
-      handleMessageBatch: async (messages) => {
-        const event: SQSEvent = { Records: messages.map((m) => toSqsRecord(m, options.queueArn, region)) };
-        const context = localLambdaContext(options.functionName, options.timeoutSeconds);
-        const invokedAt = Date.now();
-        let timer: NodeJS.Timeout | undefined;
-        const timedOut = new Promise<'timeout'>((resolve) => {
-          timer = setTimeout(() => resolve('timeout'), options.timeoutSeconds * 1000);
-        });
-        try {
-          const response = await Promise.race([options.handler(event, context), timedOut]);
-          if (response === 'timeout') {
-            options.onInvocation?.({ records: messages.length, failed: messages.length, threw: true });
-            return [];
-          }
-          const failed = new Set((response?.batchItemFailures ?? []).map((item) => item.itemIdentifier));
-          options.onInvocation?.({ records: messages.length, failed: failed.size, threw: false });
-          const toDelete = messages.filter((m) => !failed.has(m.MessageId!));
-          if (!options.beforeAck) return toDelete;
-          return await options.beforeAck({
-            functionName: options.functionName,
-            invokedAt,
-            messages,
-            toDelete,
-          });
-        } catch (error) {
-          options.onError?.(error as Error);
-          options.onInvocation?.({ records: messages.length, failed: messages.length, threw: true });
-          return [];
-        } finally {
-          clearTimeout(timer);
-        }
-      },
+  const signals: (() => void)[] = [];
+  for (let i = 0; i < options.concurrency; i += 1) {
+    firstPolls.push(new Promise<void>((resolve) => signals.push(resolve)));
+  }
+
+  const receive = async (): Promise<Message[]> => {
+    const abort = new AbortController();
+    receiving.add(abort);
+    try {
+      const output = await options.client.send(
+        new ReceiveMessageCommand({
+          QueueUrl: options.queueUrl,
+          MaxNumberOfMessages: Math.min(10, options.batchSize),
+          WaitTimeSeconds: waitTimeSeconds,
+          VisibilityTimeout: visibilityTimeout,
+          MessageSystemAttributeNames: ['All'],
+          MessageAttributeNames: ['All'],
+        }),
+        { abortSignal: abort.signal },
+      );
+      return output.Messages ?? [];
+    } finally {
+      receiving.delete(abort);
+    }
+  };
+
+  /** One DeleteMessageBatch per ten messages; an entry SQS refuses is reported, not thrown. */
+  const acknowledge = async (messages: Message[]) => {
+    for (let start = 0; start < messages.length; start += 10) {
+      const chunk = messages.slice(start, start + 10);
+      const output = await options.client.send(
+        new DeleteMessageBatchCommand({
+          QueueUrl: options.queueUrl,
+          Entries: chunk.map((message, index) => ({
+            Id: String(index),
+            ReceiptHandle: message.ReceiptHandle!,
+          })),
+        }),
+      );
+      for (const failure of output.Failed ?? []) {
+        options.onError?.(
+          new Error(`DeleteMessageBatch refused an entry: ${failure.Code} ${failure.Message ?? ''}`),
+        );
+      }
+    }
+  };
+
+  /** One invocation: the handler, then the deletes its partial batch response allows. */
+  const invoke = async (messages: Message[]): Promise<Message[]> => {
+    const event: SQSEvent = { Records: messages.map((m) => toSqsRecord(m, options.queueArn, region)) };
+    const context = localLambdaContext(options.functionName, options.timeoutSeconds);
+    const invokedAt = Date.now();
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = new Promise<'timeout'>((resolve) => {
+      timer = setTimeout(() => resolve('timeout'), options.timeoutSeconds * 1000);
     });
-    consumer.on('error', (error) => options.onError?.(error));
-    consumer.on('processing_error', (error) => options.onError?.(error));
-    return consumer;
-  });
+    try {
+      const response = await Promise.race([options.handler(event, context), timedOut]);
+      if (response === 'timeout') {
+        options.onInvocation?.({ records: messages.length, failed: messages.length, threw: true });
+        return [];
+      }
+      const failed = new Set((response?.batchItemFailures ?? []).map((item) => item.itemIdentifier));
+      options.onInvocation?.({ records: messages.length, failed: failed.size, threw: false });
+      const toDelete = messages.filter((m) => !failed.has(m.MessageId!));
+      if (!options.beforeAck) return toDelete;
+      return await options.beforeAck({ functionName: options.functionName, invokedAt, messages, toDelete });
+    } catch (error) {
+      options.onError?.(error as Error);
+      options.onInvocation?.({ records: messages.length, failed: messages.length, threw: true });
+      return [];
+    } finally {
+      clearTimeout(timer);
+    }
+  };
+
+  const poll = async (signalPolling: () => void) => {
+    while (!stopped) {
+      let messages: Message[];
+      try {
+        const received = receive();
+        signalPolling();
+        messages = await received;
+      } catch (error) {
+        if (stopped) return;
+        options.onError?.(error as Error);
+        await new Promise((resolve) => setTimeout(resolve, RECEIVE_ERROR_PAUSE_MS));
+        continue;
+      }
+      if (!messages.length) continue;
+      // Received before a stop: handled and acknowledged, as Lambda finishes a running invocation.
+      const toDelete = await invoke(messages);
+      if (!toDelete.length) continue;
+      try {
+        await acknowledge(toDelete);
+      } catch (error) {
+        options.onError?.(error as Error);
+      }
+    }
+  };
+
   return {
     polling: Promise.all(firstPolls).then(() => undefined),
     start() {
-      for (const consumer of consumers) consumer.start();
+      if (!stopped) return;
+      stopped = false;
+      loops = signals.map((signal) => poll(signal));
     },
     async stop() {
-      await Promise.all(
-        consumers.map(
-          (consumer) =>
-            new Promise<void>((resolve) => {
-              if (!consumer.status.isRunning) return resolve();
-              consumer.once('stopped', () => resolve());
-              consumer.stop({ abort: false });
-            }),
-        ),
-      );
+      stopped = true;
+      // A poller waiting in a long poll would otherwise hold stop() for up to 20 s. A message the
+      // emulator hands to an aborted receive stays in flight until its visibility timeout, as a
+      // message received by a stopping Lambda event source mapping does.
+      for (const abort of receiving) abort.abort();
+      await Promise.all(loops);
     },
   };
 }

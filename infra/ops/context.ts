@@ -209,5 +209,14 @@ function withSchemaCheck(db: Database, lockTimeoutMs: number): Database {
         throw translate(error);
       });
     },
+    transact<Row>(
+      text: string,
+      values?: readonly unknown[],
+      observeRoundTrip?: (milliseconds: number) => void,
+    ) {
+      return db.transact<Row>(text, values, observeRoundTrip).catch((error: unknown) => {
+        throw translate(error);
+      });
+    },
   };
 }

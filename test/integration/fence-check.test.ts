@@ -32,7 +32,11 @@ describe('phase 1: fenceCheck', () => {
 
   it('says nothing to delete when the live generation was already released', async () => {
     const s = await finishedRootRun(fixture.t.db);
-    await fixture.t.db.query('UPDATE sandbox_runtimes SET released_at = now() WHERE uid = $1::text', [s.uid]);
+    await fixture.t.db.query(
+      `UPDATE sandbox_runtimes SET released_at = now(), released_sandbox_id = sandbox_id, released_generation = generation
+       WHERE uid = $1::text`,
+      [s.uid],
+    );
     expect((await fenceCheck(fixture.t.db, s.rootRunId)).outcome).toBe(FenceCheckOutcome.NOTHING_TO_DELETE);
   });
 

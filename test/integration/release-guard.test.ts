@@ -317,7 +317,8 @@ describe('release guard: stale but honest, skipped, nothing recorded', () => {
     const s = await finishedRootRun(fixture.t.db);
     const command = await commandFor(s);
     await fixture.t.db.query(
-      'UPDATE sandbox_runtimes SET released_at = now() WHERE uid = $1::text AND runtime_scope_id = $2::text',
+      `UPDATE sandbox_runtimes SET released_at = now(), released_sandbox_id = sandbox_id, released_generation = generation
+       WHERE uid = $1::text AND runtime_scope_id = $2::text`,
       [s.uid, s.runtimeScopeId],
     );
     expect(await beginRelease(fixture.t.db, command, OPTIONS)).toEqual({

@@ -314,12 +314,15 @@ describe('queues', () => {
     }
   });
 
-  it('are FIFO exactly where the contract says, with sender-chosen deduplication', () => {
+  it('are FIFO exactly where the contract says, with sender-chosen deduplication and high throughput', () => {
     for (const [base, { fifo, dlq }] of Object.entries(CONTRACT_QUEUES)) {
       for (const name of dlq ? [base, dlq] : [base]) {
         const queue = cfn.props(cfn.queueLogicalIdByBaseName(name));
         expect(queue.FifoQueue ?? false, name).toBe(fifo);
         if (fifo) expect(queue.ContentBasedDeduplication, name).toBe(false);
+        // High-throughput FIFO (docs/capacity.md): per-group quotas, no queue-wide 300 calls/s.
+        if (fifo) expect(queue.DeduplicationScope, name).toBe('messageGroup');
+        if (fifo) expect(queue.FifoThroughputLimit, name).toBe('perMessageGroupId');
       }
     }
   });

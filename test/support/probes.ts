@@ -29,7 +29,8 @@ export interface PausingDatabase extends Database {
 
 /**
  * Wraps `db` so that a phase run on it (fenceCheck, finalize) takes all its locks, runs all its
- * statements and then waits before committing. Pausing after the work rather than inside it keeps
+ * statements and then waits before committing (its one-round-trip transaction is sent as an
+ * ordinary one for that). Pausing after the work rather than inside it keeps
  * the phase's own code untouched: whatever locks it takes are still held at that point, because a
  * transaction's row and advisory-xact locks last until COMMIT. This is the negative control of the
  * lock-freedom claim: it shows the probes below do see those locks when they are held.
@@ -54,6 +55,16 @@ export function pausingDatabase(db: Database): PausingDatabase {
     withTransaction<T>(work: (tx: Executor) => Promise<T>): Promise<T> {
       return db.withTransaction(async (tx) => {
         const result = await work(tx);
+        markPaused();
+        await resumed;
+        return result;
+      });
+    },
+    // A phase's one-round-trip transaction, sent as an ordinary transaction here (the statement,
+    // then a pause, then COMMIT), so that its locks can be looked at while they are held.
+    transact<Row>(text: string, values?: readonly unknown[]) {
+      return db.withTransaction(async (tx) => {
+        const result = await tx.query<Row>(text, values);
         markPaused();
         await resumed;
         return result;

@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { builtSqlIn, REVIEWED_EXCEPTIONS, scanFunctionsForBuiltSql } from '../chaos/sql-scan.ts';
 
 describe('SQL under functions/ is parameterised', () => {
-  it('builds no SQL from template substitutions or concatenation, except the reviewed BEGIN statement', async () => {
+  it('builds no SQL from template substitutions or concatenation, except the reviewed BEGIN statements', async () => {
     const scan = await scanFunctionsForBuiltSql();
     expect(scan.files).toBeGreaterThan(20);
     expect(scan.findings).toEqual([]);

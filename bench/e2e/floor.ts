@@ -1,0 +1,182 @@
+/**
+ * The FLOOR (issue 15): the unavoidable work of one cleanup with no logic, measured in the same run
+ * on the same parts as the project, so the project's figures can be given as multiples of it.
+ *
+ * Three hops through the same SQS emulator, each one send, one receive and one delete (standard
+ * queues `floor-1` → `floor-2` → `floor-3`, then `floor-done`, which the benchmark consumes as it
+ * consumes runtime-cleaned); two transactions of one round trip each through the same driver and
+ * bridge (`Database.transact`: the first locks the scope and the run and reads the sandbox, the
+ * second locks them again, clears the fence and marks the generation released); and one HTTP
+ * DELETE to the same local provisioner. The hops are driven by the same emulated event source
+ * mapping as the functions (batch receives, long polling, DeleteMessageBatch) with handlers that do
+ * nothing else: no validation, no logging, no metrics, no retries, no dead letters, no guard.
+ *
+ * Each hop sends one SendMessage per cleanup (no coalescing): that is the floor's "one send".
+ */
+import {
+  CreateQueueCommand,
+  GetQueueAttributesCommand,
+  SendMessageCommand,
+  type SQSClient,
+} from '@aws-sdk/client-sqs';
+import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
+import { Agent, request } from 'undici';
+import type { Database } from '../../functions/adapters/database.ts';
+import { createSqsClient } from '../../functions/adapters/queues.ts';
+import { createEventSource, type EventSource } from '../../infra/local/event-source.ts';
+import { countSqsCalls } from './sqs-call-counter.ts';
+
+/** Phase 1 of the floor: scope lock, row lock, the sandbox to delete. */
+const FLOOR_CHECK = `
+  SELECT r.uid, r.runtime_scope_id, s.sandbox_id, s.generation::text AS generation
+  FROM agent_runs r
+  JOIN sandbox_runtimes s ON s.uid = r.uid AND s.runtime_scope_id = r.runtime_scope_id
+  CROSS JOIN LATERAL (SELECT pg_advisory_xact_lock(runtime_cleanup_lock_key(r.uid, r.runtime_scope_id))) AS locked
+  WHERE r.id = $1::text
+  FOR UPDATE OF r`;
+
+/** Phase 3 of the floor: the same locks, the fence cleared, the generation marked released. */
+const FLOOR_CLEAR = `
+  WITH locked AS (SELECT pg_advisory_xact_lock(runtime_cleanup_lock_key($2::text, $3::text))),
+  run AS (
+    UPDATE agent_runs SET runtime_cleanup_pending = false, updated_at = now()
+    FROM locked WHERE id = $1::text RETURNING id
+  )
+  UPDATE sandbox_runtimes
+  SET released_at = now(), released_sandbox_id = sandbox_id, released_generation = generation
+  FROM run
+  WHERE uid = $2::text AND runtime_scope_id = $3::text AND sandbox_id = $4::text AND generation = $5::bigint`;
+
+interface Hop {
+  runId: string;
+  uid?: string;
+  runtimeScopeId?: string;
+  sandboxId?: string;
+  generation?: string;
+}
+
+export interface Floor {
+  /** Where the benchmark announces a finished run (`{"runId": …}`). */
+  startUrl: string;
+  /** Where the floor announces a cleaned run (`{"runId": …}`), as runtime-cleaned. */
+  doneUrl: string;
+  /** The floor's own SQS calls (its event sources' receives and deletes, its sends). */
+  sqsCalls(): Record<string, number>;
+  /** Lock holds (each transaction's round trip on its connection), collected since the last call. */
+  takeLockHolds(): number[];
+  db: Database;
+  stop(): Promise<void>;
+}
+
+export async function startFloor(options: {
+  sqsEndpoint: string;
+  db: Database;
+  provisionerUrl: string;
+  /** Pollers per hop, as the stack's per queue. */
+  concurrency: readonly [number, number, number];
+}): Promise<Floor> {
+  const sqs: SQSClient = createSqsClient({ endpoint: options.sqsEndpoint });
+  const counter = countSqsCalls(sqs);
+  const queue = async (name: string) => {
+    const { QueueUrl } = await sqs.send(new CreateQueueCommand({ QueueName: name }));
+    const { Attributes } = await sqs.send(
+      new GetQueueAttributesCommand({ QueueUrl: QueueUrl!, AttributeNames: ['QueueArn'] }),
+    );
+    return { url: QueueUrl!, arn: Attributes!.QueueArn! };
+  };
+  const [first, second, third, done] = [
+    await queue('floor-1'),
+    await queue('floor-2'),
+    await queue('floor-3'),
+    await queue('floor-done'),
+  ];
+  const holds: number[] = [];
+  const observe = (ms: number) => holds.push(ms);
+  const http = new Agent({ keepAliveTimeout: 30_000 });
+  const { db } = options;
+
+  const send = (url: string, body: Hop) =>
+    sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: JSON.stringify(body) }));
+  const each =
+    (work: (hop: Hop) => Promise<void>) =>
+    async (event: SQSEvent): Promise<SQSBatchResponse> => {
+      await Promise.all(event.Records.map((record) => work(JSON.parse(record.body) as Hop)));
+      return { batchItemFailures: [] };
+    };
+
+  const hops: Array<[typeof first, (event: SQSEvent) => Promise<SQSBatchResponse>, number]> = [
+    [
+      first,
+      each(async ({ runId }) => {
+        const { rows } = await db.transact<{
+          uid: string;
+          runtime_scope_id: string;
+          sandbox_id: string;
+          generation: string;
+        }>(FLOOR_CHECK, [runId], observe);
+        const row = rows[0]!;
+        await send(second.url, {
+          runId,
+          uid: row.uid,
+          runtimeScopeId: row.runtime_scope_id,
+          sandboxId: row.sandbox_id,
+          generation: row.generation,
+        });
+      }),
+      options.concurrency[0],
+    ],
+    [
+      second,
+      each(async (hop) => {
+        const response = await request(
+          new URL(
+            `/api/sandboxes/${encodeURIComponent(hop.sandboxId!)}?generation=${hop.generation}`,
+            options.provisionerUrl,
+          ),
+          { method: 'DELETE', dispatcher: http },
+        );
+        await response.body.dump();
+        await send(third.url, hop);
+      }),
+      options.concurrency[1],
+    ],
+    [
+      third,
+      each(async (hop) => {
+        await db.transact(
+          FLOOR_CLEAR,
+          [hop.runId, hop.uid, hop.runtimeScopeId, hop.sandboxId, hop.generation],
+          observe,
+        );
+        await send(done.url, { runId: hop.runId });
+      }),
+      options.concurrency[2],
+    ],
+  ];
+  const sources: EventSource[] = hops.map(([target, handler, concurrency], index) =>
+    createEventSource({
+      client: sqs,
+      queueUrl: target.url,
+      queueArn: target.arn,
+      functionName: `floor-${index + 1}`,
+      handler,
+      batchSize: 10,
+      timeoutSeconds: 60,
+      concurrency,
+    }),
+  );
+  for (const source of sources) source.start();
+  await Promise.all(sources.map((source) => source.polling));
+  return {
+    startUrl: first.url,
+    doneUrl: done.url,
+    sqsCalls: () => counter.snapshot(),
+    takeLockHolds: () => holds.splice(0),
+    db,
+    async stop() {
+      await Promise.all(sources.map((source) => source.stop()));
+      await http.close();
+      sqs.destroy();
+    },
+  };
+}

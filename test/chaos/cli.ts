@@ -31,7 +31,7 @@ async function main(): Promise<number> {
     process.stderr.write(`npm run chaos: ${parsed.message}\n`);
     return ChaosExitCode.USAGE;
   }
-  const { seed, runs, concurrency, coverage, out, keepDb } = parsed.options;
+  const { seed, runs, concurrency, coverage, kinds, out, keepDb } = parsed.options;
   process.env.POWERTOOLS_METRICS_DISABLED ??= 'true';
   silenceEmptyMetricsWarning();
 
@@ -81,6 +81,7 @@ async function main(): Promise<number> {
       wsProxy: bridge.address,
       dataDir: join(scratch, 'stack'),
       coverage,
+      ...(kinds.length > 0 ? { focus: kinds } : {}),
       onProgress: ({ done, total, violations, elapsedMs }) => {
         if (done !== total && elapsedMs - lastPrint < 5_000) return;
         lastPrint = elapsedMs;

@@ -126,27 +126,6 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     const stackUrl = new URL(withApplicationName(options.databaseUrl, STACK_APPLICATION_NAME));
     stackUrl.hostname = '127.0.0.1';
     stackUrl.port = String(proxy.port);
-    const mayStorm =
-      (options.coverage ?? false) || mix.terminationStorm > 0 || (options.focus ?? []).length > 0;
-    if (mayStorm) {
-      // Watched from its start to its end (invariant P): a crash under the storm is a violation.
-      const workerUrl = withApplicationName(options.databaseUrl, STORM_WORKER_APPLICATION_NAME);
-      stormWorker = processes.spawn(
-        'storm worker (30 connections)',
-        process.execPath,
-        ['--import', 'tsx', STORM_WORKER],
-        {
-          ...process.env,
-          STORM_DATABASE_URL: workerUrl,
-          STORM_SEED_URL: withApplicationName(options.databaseUrl, 'chaos-storm-seed'),
-          STORM_WS_PROXY: options.wsProxy,
-          STORM_WORKERS: '30',
-          STORM_FRESH_WORKERS: '6',
-          STORM_DURATION_MS: String(24 * 3600 * 1000),
-          STORM_PAUSE_MS: '40',
-        },
-      );
-    }
     // --- the stack under test, and its instrumentation -------------------------------------------
     stack = await startStack({
       env,
@@ -170,6 +149,32 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     const provisioner = stack.provisioner;
     if (!provisioner)
       throw new Error('the chaos suite needs the built-in provisioner (unset SANDBOX_PROVISIONER_URL)');
+    const mayStorm =
+      (options.coverage ?? false) || mix.terminationStorm > 0 || (options.focus ?? []).length > 0;
+    if (mayStorm) {
+      // After the stack: it migrates the database the worker seeds its runs in.
+      // Watched from its start to its end (invariant P): a crash under the storm is a violation.
+      const workerUrl = withApplicationName(options.databaseUrl, STORM_WORKER_APPLICATION_NAME);
+      stormWorker = processes.spawn(
+        'storm worker (30 connections)',
+        process.execPath,
+        ['--import', 'tsx', STORM_WORKER],
+        {
+          ...process.env,
+          STORM_DATABASE_URL: workerUrl,
+          STORM_SEED_URL: withApplicationName(options.databaseUrl, 'chaos-storm-seed'),
+          STORM_WS_PROXY: options.wsProxy,
+          STORM_WORKERS: '30',
+          STORM_FRESH_WORKERS: '6',
+          STORM_DURATION_MS: String(24 * 3600 * 1000),
+          STORM_PAUSE_MS: '40',
+        },
+      );
+      // Its 30 workers connected before any run can ask for a storm (a crash instead: invariant P).
+      if (!(await stormWorker.waitForLine('"ready":true', 60_000))) {
+        harnessErrors.push('the storm worker did not get ready within 60 s');
+      }
+    }
     const admin = await open('chaos-admin', 3, 5_000);
     await installLedger(admin);
     const platformDb = await open('chaos-platform', 8, 5_000);

@@ -18,6 +18,8 @@ export interface WatchedProcess {
   readonly child: ChildProcess;
   /** Lines written on stdout, kept whole (a child reports its summary there). */
   readonly stdoutLines: string[];
+  /** Resolves true once a stdout line contains `text`; false if it exits or `timeoutMs` passes first. */
+  waitForLine(text: string, timeoutMs: number): Promise<boolean>;
   /** Asks the process to stop (SIGTERM) and waits for its exit; the exit is then not a crash. */
   stop(timeoutMs?: number): Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
@@ -45,12 +47,24 @@ export class ProcessWatch {
     const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
       child.once('exit', (code, signal) => resolve({ code, signal }));
       // A process that could not even start is an exit nobody asked for.
-      child.once('error', (error) => resolve({ code: -1, signal: null, ...{ error } }));
+      child.once('error', (error) => {
+        stderr.push(`spawn failed: ${error.message}`);
+        resolve({ code: -1, signal: null });
+      });
     });
     const watched: WatchedProcess = {
       name,
       child,
       stdoutLines,
+      async waitForLine(text: string, timeoutMs: number) {
+        const until = performance.now() + timeoutMs;
+        while (performance.now() < until) {
+          if (stdoutLines.some((line) => line.includes(text))) return true;
+          if (child.exitCode !== null || child.signalCode !== null) return false;
+          await new Promise((resolve) => setTimeout(resolve, 50));
+        }
+        return false;
+      },
       async stop(timeoutMs = 20_000) {
         asked = true;
         if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');

@@ -20,7 +20,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Database } from '../../functions/adapters/database.ts';
-import { releaseGroupId } from '../../functions/adapters/publish.ts';
+import { publishCleaned, releaseGroupId } from '../../functions/adapters/publish.ts';
 import type { Queues } from '../../functions/adapters/queues.ts';
 import { ErrorCode, isCleanupError } from '../../functions/cleanup/errors.ts';
 import { forceClear } from '../../functions/cleanup/force-clear.ts';
@@ -84,6 +84,7 @@ export interface ProductionFaultContext {
   provisioner: LocalProvisioner;
   provisionerUrl: string;
   messages: MessageLog;
+  /** The operator's and the forger's queue client (origin `forged`: never a capture). */
   forgedQueues: Queues;
   scopes: ScopePool;
   fences: FenceWatcher;
@@ -149,6 +150,17 @@ export async function forceClearDuringRelease(
       dryRun: false,
     });
     outcome = result.applied ? 'applied' : 'dry_run';
+    if (result.applied) {
+      // As `ops force-clear` does after its clear: runtime-cleaned with forced: true.
+      await publishCleaned(ctx.forgedQueues, {
+        runId: root.runId,
+        uid: result.plan.uid,
+        runtimeScopeId: result.plan.runtimeScopeId,
+        generation: result.plan.generation,
+        cleanedAt: result.forcedAt,
+        forced: true,
+      });
+    }
   } catch (error) {
     outcome = isCleanupError(error) ? error.code : `error: ${(error as Error).message}`;
   }

@@ -57,7 +57,8 @@ beforeAll(async () => {
   try {
     result = await runChaos({
       seed: SEED,
-      runs: 34,
+      // The coverage cycle, and a few random runs on top.
+      runs: COVERAGE_CYCLE.length + 4,
       concurrency: 17,
       databaseUrl: url.toString(),
       wsProxy: t.wsProxy,

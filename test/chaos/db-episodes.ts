@@ -124,6 +124,19 @@ export class DatabaseEpisodes {
     return proxy.stalledConnects.length - before;
   }
 
+  /**
+   * Waits until every stalled connect was given up by its client or is past the limit, so that
+   * invariant T judges each one (bounded by the limit itself).
+   */
+  async awaitStalledConnectsJudgeable(): Promise<void> {
+    const limitMs = this.connectTimeoutMs + ABANDON_MARGIN_MS;
+    const open = () =>
+      (this.proxy?.stalledConnects ?? []).some(
+        (connect) => connect.closedAtMs === undefined && performance.now() - connect.acceptedAtMs < limitMs,
+      );
+    while (open()) await sleep(100);
+  }
+
   /** Waits for the episodes under way (the engine's shutdown). */
   async settle(): Promise<void> {
     await Promise.allSettled([this.#storm, this.#stall]);

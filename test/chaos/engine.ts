@@ -312,6 +312,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     });
     const finalDrainMs = preciseNow() - drainStarted;
     await recorders.stop();
+    await episodes.awaitStalledConnectsJudgeable();
 
     // --- final collection and checks -----------------------------------------------------------
     await clock.sample();

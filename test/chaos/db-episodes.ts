@@ -22,6 +22,7 @@ import { startBackendStorm } from '../support/backend-storm.ts';
 import type { ConnectStallingProxy } from '../support/stalling-proxy.ts';
 import { preciseNow } from './clock.ts';
 import { Invariant, type Violation } from './invariants.ts';
+import type { WatchedProcess } from './process-watch.ts';
 
 /** Backends terminated per storm before it counts as "across at least 30 connections". */
 export const STORM_MIN_KILLS = 30;
@@ -59,6 +60,8 @@ export class DatabaseEpisodes {
     private readonly stackApplicationName: string,
     private readonly proxy: ConnectStallingProxy | undefined,
     private readonly connectTimeoutMs: number,
+    /** Starts the storm's worker process (ready: its 30 workers connected). */
+    private readonly startStormWorker: () => Promise<WatchedProcess>,
   ) {}
 
   /**
@@ -73,6 +76,17 @@ export class DatabaseEpisodes {
   }
 
   async #runStorm(ms: number, deadlineMs: number): Promise<StormReport> {
+    const worker = await this.startStormWorker();
+    try {
+      return await this.#terminateAll(ms, deadlineMs);
+    } finally {
+      // Asked to stop: it prints its summary and exits 0, or 1 if it met a failure other than
+      // "database unavailable" (invariant P reports either that or a crash).
+      await worker.stop();
+    }
+  }
+
+  async #terminateAll(ms: number, deadlineMs: number): Promise<StormReport> {
     const { rows } = await this.admin.query<{ n: number }>(COUNT_TARGETS, [[...this.stormTargets]]);
     const storms = this.stormTargets.map((name) =>
       startBackendStorm(this.admin, name, { maxPauseMs: 25, maxVictims: 8 }),

@@ -110,7 +110,6 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
   let fences: FenceWatcher | undefined;
   let proxy: ConnectStallingProxy | undefined;
   let episodes: DatabaseEpisodes | undefined;
-  let stormWorker: WatchedProcess | undefined;
   const processes = new ProcessWatch();
   const production = newProductionFaultState();
   const config = loadConfig(env);
@@ -149,32 +148,6 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     const provisioner = stack.provisioner;
     if (!provisioner)
       throw new Error('the chaos suite needs the built-in provisioner (unset SANDBOX_PROVISIONER_URL)');
-    const mayStorm =
-      (options.coverage ?? false) || mix.terminationStorm > 0 || (options.focus ?? []).length > 0;
-    if (mayStorm) {
-      // After the stack: it migrates the database the worker seeds its runs in.
-      // Watched from its start to its end (invariant P): a crash under the storm is a violation.
-      const workerUrl = withApplicationName(options.databaseUrl, STORM_WORKER_APPLICATION_NAME);
-      stormWorker = processes.spawn(
-        'storm worker (30 connections)',
-        process.execPath,
-        ['--import', 'tsx', STORM_WORKER],
-        {
-          ...process.env,
-          STORM_DATABASE_URL: workerUrl,
-          STORM_SEED_URL: withApplicationName(options.databaseUrl, 'chaos-storm-seed'),
-          STORM_WS_PROXY: options.wsProxy,
-          STORM_WORKERS: '30',
-          STORM_FRESH_WORKERS: '6',
-          STORM_DURATION_MS: String(24 * 3600 * 1000),
-          STORM_PAUSE_MS: '40',
-        },
-      );
-      // Its 30 workers connected before any run can ask for a storm (a crash instead: invariant P).
-      if (!(await stormWorker.waitForLine('"ready":true', 60_000))) {
-        harnessErrors.push('the storm worker did not get ready within 60 s');
-      }
-    }
     const admin = await open('chaos-admin', 3, 5_000);
     await installLedger(admin);
     const platformDb = await open('chaos-platform', 8, 5_000);
@@ -220,12 +193,37 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     recorders.start();
 
     // --- the runs ----------------------------------------------------------------------------------
+    // The process a storm hits beside the stack, started for each storm and watched from its start
+    // to its end (invariant P): a crash under the storm is a violation with its exit code.
+    const startStormWorker = async (): Promise<WatchedProcess> => {
+      const worker = processes.spawn(
+        'storm worker (30 connections)',
+        process.execPath,
+        ['--import', 'tsx', STORM_WORKER],
+        {
+          ...process.env,
+          STORM_DATABASE_URL: withApplicationName(options.databaseUrl, STORM_WORKER_APPLICATION_NAME),
+          STORM_SEED_URL: withApplicationName(options.databaseUrl, 'chaos-storm-seed'),
+          STORM_WS_PROXY: options.wsProxy,
+          STORM_WORKERS: '30',
+          STORM_FRESH_WORKERS: '6',
+          STORM_DURATION_MS: String(3600 * 1000),
+          STORM_PAUSE_MS: '20',
+        },
+      );
+      // Its 30 workers connected before the storm begins.
+      if (!(await worker.waitForLine('"ready":true', 60_000))) {
+        harnessErrors.push('a storm worker did not get ready within 60 s');
+      }
+      return worker;
+    };
     episodes = new DatabaseEpisodes(
       admin,
-      [STACK_APPLICATION_NAME, ...(stormWorker ? [STORM_WORKER_APPLICATION_NAME] : [])],
+      [STACK_APPLICATION_NAME, STORM_WORKER_APPLICATION_NAME],
       STACK_APPLICATION_NAME,
       proxy,
       config.databaseConnectTimeoutMs,
+      startStormWorker,
     );
     const context: RunContext = {
       platform,
@@ -301,8 +299,6 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     const drainStarted = preciseNow();
     await terminator?.stop();
     await episodes.settle();
-    // Asked to stop now; its exit code says whether it met a failure other than "unavailable".
-    await stormWorker?.stop();
     await Promise.all(context.background);
     provisioner.clearFaults();
     const drained = await drainAfterFaults({

@@ -68,8 +68,12 @@ const RENEW_LEASE = `
   UPDATE agent_runs SET heartbeat_at = now(), lease_expires_at = now() + interval '30 seconds', updated_at = now()
   WHERE id = $1::text AND status IN ('pending', 'running', 'cancel_requested')`;
 
-/** How the platform records a sandbox: as the contract asks, or leaving `released_at` alone. */
-export type SandboxUpsert = 'resets-released' | 'keeps-released';
+/**
+ * How the platform records a sandbox: as the contract asks, leaving `released_at` alone, or
+ * leaving it alone as a logical-replication apply or a restore with triggers disabled writes it
+ * (`session_replication_role = replica`: ordinary triggers do not fire).
+ */
+export type SandboxUpsert = 'resets-released' | 'keeps-released' | 'keeps-released-bypassing-triggers';
 
 export class PlatformSimulator {
   constructor(
@@ -137,12 +141,18 @@ export class PlatformSimulator {
     }
     const body = (await response.json()) as { generation: number };
     // An upsert: the same row whether it runs once or twice.
-    await this.db.query(upsert === 'resets-released' ? RECORD_SANDBOX : RECORD_SANDBOX_KEEPING_RELEASED, [
-      scope.uid,
-      scope.runtimeScopeId,
-      sandboxId,
-      body.generation,
-    ]);
+    const values = [scope.uid, scope.runtimeScopeId, sandboxId, body.generation];
+    if (upsert === 'keeps-released-bypassing-triggers') {
+      await this.db.withTransaction(async (tx) => {
+        await tx.query("SET LOCAL session_replication_role = 'replica'");
+        await tx.query(RECORD_SANDBOX_KEEPING_RELEASED, values);
+      });
+    } else {
+      await this.db.query(
+        upsert === 'resets-released' ? RECORD_SANDBOX : RECORD_SANDBOX_KEEPING_RELEASED,
+        values,
+      );
+    }
     return { sandboxId, generation: body.generation };
   }
 

@@ -321,6 +321,7 @@ export async function readmitWithSloppyUpsert(
   root: AdmittedRun,
   roots: AdmittedRun[],
   deadlineMs: number,
+  upsert: 'keeps-released' | 'keeps-released-bypassing-triggers' = 'keeps-released',
 ): Promise<AdmittedRun | undefined> {
   if (!(await ctx.fences.waitCleared([root.runId], left(deadlineMs)))) return undefined;
   while (preciseNow() < deadlineMs) {
@@ -331,7 +332,7 @@ export async function readmitWithSloppyUpsert(
       )
     ).rows[0];
     if (row?.released) {
-      const next = await ctx.platform.admitRootRun(scope.ref, { upsert: 'keeps-released' });
+      const next = await ctx.platform.admitRootRun(scope.ref, { upsert });
       if (next) {
         ctx.scopes.noteSandbox(scope, next.sandboxId);
         roots.push(next);

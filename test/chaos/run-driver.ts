@@ -278,11 +278,15 @@ export async function playRun(
       }),
     );
   }
-  if (plan.upsertKeepsReleasedAt) {
-    const kind = FaultKind.UPSERT_KEEPS_RELEASED_AT;
+  for (const [planned, kind, upsert] of [
+    [plan.upsertKeepsReleasedAt, FaultKind.UPSERT_KEEPS_RELEASED_AT, 'keeps-released'],
+    [plan.upsertBypassingTriggers, FaultKind.UPSERT_BYPASSING_TRIGGERS, 'keeps-released-bypassing-triggers'],
+  ] as const) {
+    if (!planned) continue;
     inWindow.push(
       guard('sloppy upsert', async () => {
-        if (await readmitWithSloppyUpsert(ctx.production, scope, root, roots, deadlineOf(kind))) note(kind);
+        if (await readmitWithSloppyUpsert(ctx.production, scope, root, roots, deadlineOf(kind), upsert))
+          note(kind);
       }),
     );
   }

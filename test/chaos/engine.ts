@@ -378,8 +378,10 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     await recorders?.stop().catch(() => {});
     await terminator?.stop().catch(() => {});
     fences?.stop();
+    // Before the stack: a connect still stalled in the proxy (a client that never gives up on it,
+    // invariant T's violation) would otherwise hold the stack's shutdown forever.
+    await proxy?.close().catch(() => {});
     await stack?.stop().catch(() => {});
     await Promise.all(pools.map((pool) => pool.end().catch(() => {})));
-    await proxy?.close().catch(() => {});
   }
 }

@@ -50,8 +50,6 @@ export class DatabaseEpisodes {
   readonly stormReports: StormReport[] = [];
   #storm: Promise<StormReport> | undefined;
   #stall: Promise<number> | undefined;
-  /** Stalled connects judged so far (invariant T's check count). */
-  #judged = 0;
 
   constructor(
     private readonly admin: Database,
@@ -176,11 +174,6 @@ export class DatabaseEpisodes {
         details: { waitedMs: Math.round(waitedMs), closed: connect.closedAtMs !== undefined, limitMs },
       });
     }
-    this.#judged = checked;
     return { violations, checked };
-  }
-
-  get judged(): number {
-    return this.#judged;
   }
 }

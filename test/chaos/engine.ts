@@ -7,6 +7,10 @@
  * instrumentation (settings.ts, message-log.ts, ledger.ts, delete-probe.ts), the recorders and
  * periodic checks (recorders.ts), the runs (run-workers.ts, run-driver.ts), the final drain
  * (final-drain.ts), the final checks (final-checks.ts, nothing-lost.ts) and the result (result.ts).
+ * Issue 11's faults: the run-level ones in production-faults.ts (judged in production-checks.ts),
+ * the stack-wide database episodes in db-episodes.ts (the stack reaches PostgreSQL through a proxy
+ * that can stall connects), and every child process watched by process-watch.ts. test/chaos/README.md
+ * lists every fault kind and invariant.
  */
 import { fileURLToPath } from 'node:url';
 import fc from 'fast-check';

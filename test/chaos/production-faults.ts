@@ -344,8 +344,3 @@ export async function readmitWithSloppyUpsert(
   }
   return undefined;
 }
-
-/** The scope to give back after a forgery (its active run ended; its cleanup goes on). */
-export function forgeryScope(props: ForgeryProps): ScopeState {
-  return props.activeScope;
-}

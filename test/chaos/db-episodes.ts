@@ -26,6 +26,8 @@ import type { WatchedProcess } from './process-watch.ts';
 
 /** Backends terminated per storm before it counts as "across at least 30 connections". */
 export const STORM_MIN_KILLS = 30;
+/** Connections of the storm's targets open when it begins. */
+export const STORM_MIN_CONNECTIONS = 30;
 /** What a client may take beyond its connect timeout to close a connect that never answered. */
 export const ABANDON_MARGIN_MS = 2_000;
 
@@ -48,6 +50,11 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, Math.
 
 export class DatabaseEpisodes {
   readonly stormReports: StormReport[] = [];
+  /**
+   * Each episode from its start to the end of its effect (preciseNow): a storm's last kill; a
+   * stall's end plus the connect timeout, by when every connect it stalled was given up.
+   */
+  readonly windows: Array<{ kind: 'storm' | 'stall'; startMs: number; endMs: number }> = [];
   #storm: Promise<StormReport> | undefined;
   #stall: Promise<number> | undefined;
 
@@ -75,9 +82,11 @@ export class DatabaseEpisodes {
 
   async #runStorm(ms: number, deadlineMs: number): Promise<StormReport> {
     const worker = await this.startStormWorker();
+    const startMs = preciseNow();
     try {
       return await this.#terminateAll(ms, deadlineMs);
     } finally {
+      this.windows.push({ kind: 'storm', startMs, endMs: preciseNow() });
       // Asked to stop: it prints its summary and exits 0, or 1 if it met a failure other than
       // "database unavailable" (invariant P reports either that or a crash).
       await worker.stop();
@@ -85,7 +94,15 @@ export class DatabaseEpisodes {
   }
 
   async #terminateAll(ms: number, deadlineMs: number): Promise<StormReport> {
-    const { rows } = await this.admin.query<{ n: number }>(COUNT_TARGETS, [[...this.stormTargets]]);
+    // At least STORM_MIN_CONNECTIONS of its targets' connections open when it begins (up to 10 s).
+    const connected = async () =>
+      (await this.admin.query<{ n: number }>(COUNT_TARGETS, [[...this.stormTargets]])).rows[0]?.n ?? 0;
+    const waitUntil = preciseNow() + 10_000;
+    let connectedAtStart = await connected();
+    while (connectedAtStart < STORM_MIN_CONNECTIONS && preciseNow() < waitUntil) {
+      await sleep(100);
+      connectedAtStart = await connected();
+    }
     const storms = this.stormTargets.map((name) =>
       startBackendStorm(this.admin, name, { maxPauseMs: 25, maxVictims: 8 }),
     );
@@ -96,7 +113,7 @@ export class DatabaseEpisodes {
       await sleep(50);
     }
     await Promise.all(storms.map((storm) => storm.stop().catch(() => {})));
-    const report = { kills: kills(), connectedAtStart: rows[0]?.n ?? 0 };
+    const report = { kills: kills(), connectedAtStart };
     this.stormReports.push(report);
     return report;
   }
@@ -116,6 +133,7 @@ export class DatabaseEpisodes {
     const proxy = this.proxy;
     if (!proxy) return 0;
     const before = proxy.stalledConnects.length;
+    const startMs = preciseNow();
     proxy.stallNewConnections(true);
     try {
       const started = performance.now();
@@ -132,6 +150,7 @@ export class DatabaseEpisodes {
       }
     } finally {
       proxy.stallNewConnections(false);
+      this.windows.push({ kind: 'stall', startMs, endMs: preciseNow() + this.connectTimeoutMs });
     }
     return proxy.stalledConnects.length - before;
   }

@@ -333,6 +333,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       provisioner,
       production,
       retryCapMs: Number(env.CLEANUP_RETRY_MAX_SECONDS ?? CHAOS_ENV.CLEANUP_RETRY_MAX_SECONDS) * 1000,
+      stackWideFaults: episodes.windows,
       judgedElsewhere: [
         {
           invariant: Invariant.NO_PROCESS_EXITS,

@@ -75,6 +75,8 @@ export async function judgeFinalHistory(input: {
   production: ProductionFaultState;
   retryCapMs: number;
   judgedElsewhere: readonly JudgedElsewhere[];
+  /** Stack-wide episodes (db-episodes.ts), on this process's clock. */
+  stackWideFaults: ReadonlyArray<{ startMs: number; endMs: number }>;
 }): Promise<FinalVerdict> {
   const { history, admin, messages, scopes } = input;
   const deadLetters = new Map<ConsumedQueue, Message[]>();
@@ -86,7 +88,7 @@ export async function judgeFinalHistory(input: {
   for (const violation of [...input.earlier, ...safety.violations]) violations.set(violation.key, violation);
 
   // 4: convergence
-  const convergence = convergenceOf(history.runLog, input.runRecords);
+  const convergence = convergenceOf(history.runLog, input.runRecords, input.stackWideFaults);
   for (const sample of convergence.samples) {
     if (sample.convergenceMs <= CONVERGENCE_BOUND_MS) continue;
     violations.set(`4:${sample.runId}`, {

@@ -433,7 +433,10 @@ export interface ConvergenceSample {
   runId: string;
   /** Fence set → clear, whatever happened in between. */
   fenceToClearMs: number;
-  /** From the later of: fence set, the run's faults stopped, its scope's last run turned terminal. */
+  /**
+   * From the later of: fence set, the run's faults stopped, its scope's last run turned terminal,
+   * the end of the last stack-wide fault that began before the clear.
+   */
   convergenceMs: number;
   /** The fence was still up when that clock started (else it cleared while faults still fired). */
   fencedWhenFaultsStopped: boolean;
@@ -446,6 +449,12 @@ export interface ConvergenceSample {
 export function convergenceOf(
   runLog: readonly RunLogEntry[],
   runs: ReadonlyArray<{ rootRunIds: readonly string[]; faultsStoppedAtMs: number }>,
+  /**
+   * Faults that hit the whole stack at once (a termination storm, connects that never answer),
+   * from their start to when their effect ends: they are every run's faults, so a fence's clock
+   * starts after the last one that began before it cleared.
+   */
+  stackWide: ReadonlyArray<{ startMs: number; endMs: number }> = [],
 ): { samples: ConvergenceSample[]; uncleared: string[] } {
   const idx = index({
     runLog,
@@ -479,7 +488,10 @@ export function convergenceOf(
       const lastTerminal = Math.max(
         ...(terminalAt.get(epoch.scope) ?? []).filter((atMs) => atMs <= epoch.clearAtMs!),
       );
-      const start = Math.max(epoch.setAtMs, run.faultsStoppedAtMs, lastTerminal);
+      const lastStackWide = Math.max(
+        ...stackWide.filter((episode) => episode.startMs < epoch.clearAtMs!).map((episode) => episode.endMs),
+      );
+      const start = Math.max(epoch.setAtMs, run.faultsStoppedAtMs, lastTerminal, lastStackWide);
       samples.push({
         runId,
         fenceToClearMs: epoch.clearAtMs - epoch.setAtMs,

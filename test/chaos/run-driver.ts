@@ -10,7 +10,7 @@ import type { Queues } from '../../functions/adapters/queues.ts';
 import type { AdmittedRun, PlatformSimulator } from '../../infra/local/platform.ts';
 import type { LocalProvisioner } from '../../infra/local/provisioner/server.ts';
 import { preciseNow } from './clock.ts';
-import { type DatabaseEpisodes, STORM_MIN_KILLS } from './db-episodes.ts';
+import { type DatabaseEpisodes, STORM_MIN_CONNECTIONS, STORM_MIN_KILLS } from './db-episodes.ts';
 import { holdLock } from './db-faults.ts';
 import { type ForcedFaultRecord, firedBy, watchDeleteFaulted } from './forced-fault.ts';
 import type { CrashBoundary, MessageLog, SentMessage } from './message-log.ts';
@@ -295,7 +295,7 @@ export async function playRun(
     const kind = FaultKind.DB_TERMINATION_STORM;
     at(atMs, async () => {
       const report = await ctx.episodes.storm(ms, deadlineOf(kind));
-      if (report.kills >= STORM_MIN_KILLS) note(kind);
+      if (report.kills >= STORM_MIN_KILLS && report.connectedAtStart >= STORM_MIN_CONNECTIONS) note(kind);
     });
   }
   if (plan.connectsNeverAnswer) {

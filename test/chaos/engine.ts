@@ -104,6 +104,9 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       maxConnections: max,
       lockTimeoutMs,
       statementTimeoutMs: 20_000,
+      // The harness's own connections must outlast a machine at many times its cores' load (the
+      // stack keeps the production bounds: its connects are what the faults test).
+      connectTimeoutMs: 30_000,
     });
     pools.push(db);
     return db;

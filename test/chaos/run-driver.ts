@@ -285,7 +285,8 @@ export async function playRun(
     if (!planned) continue;
     inWindow.push(
       guard('sloppy upsert', async () => {
-        if (await readmitWithSloppyUpsert(ctx.production, scope, root, roots, deadlineOf(kind), upsert))
+        // The scope's next run comes whenever the cleanup is done: waited for as a forced fault is.
+        if (await readmitWithSloppyUpsert(ctx.production, scope, root, roots, forcedDeadlineMs, upsert))
           note(kind);
       }),
     );

@@ -46,6 +46,17 @@ const RECORD_SANDBOX = `
   ON CONFLICT (uid, runtime_scope_id)
   DO UPDATE SET sandbox_id = EXCLUDED.sandbox_id, generation = EXCLUDED.generation, released_at = NULL`;
 
+/**
+ * The same record as a sloppy platform integration writes it: an upsert that names the new
+ * sandbox id and generation and leaves `released_at` alone (the chaos suite's
+ * `platform.new_generation_upsert_keeps_released_at`). The database must reset it (migration 005).
+ */
+const RECORD_SANDBOX_KEEPING_RELEASED = `
+  INSERT INTO sandbox_runtimes (uid, runtime_scope_id, sandbox_id, generation)
+  VALUES ($1::text, $2::text, $3::text, $4::bigint)
+  ON CONFLICT (uid, runtime_scope_id)
+  DO UPDATE SET sandbox_id = EXCLUDED.sandbox_id, generation = EXCLUDED.generation`;
+
 const FINISH_RUN = `
   UPDATE agent_runs
   SET status = $2::text, finished_at = now(), updated_at = now(), worker_id = NULL, lease_expires_at = NULL,
@@ -56,6 +67,13 @@ const FINISH_RUN = `
 const RENEW_LEASE = `
   UPDATE agent_runs SET heartbeat_at = now(), lease_expires_at = now() + interval '30 seconds', updated_at = now()
   WHERE id = $1::text AND status IN ('pending', 'running', 'cancel_requested')`;
+
+/**
+ * How the platform records a sandbox: as the contract asks, leaving `released_at` alone, or
+ * leaving it alone as a logical-replication apply or a restore with triggers disabled writes it
+ * (`session_replication_role = replica`: ordinary triggers do not fire).
+ */
+export type SandboxUpsert = 'resets-released' | 'keeps-released' | 'keeps-released-bypassing-triggers';
 
 export class PlatformSimulator {
   constructor(
@@ -84,7 +102,7 @@ export class PlatformSimulator {
   /** Admits a root run if the scope is not fenced; returns undefined when blocked. */
   async admitRootRun(
     scope: ScopeRef,
-    options: { runType?: 'chat' | 'resume'; workerId?: string } = {},
+    options: { runType?: 'chat' | 'resume'; workerId?: string; upsert?: SandboxUpsert } = {},
   ): Promise<AdmittedRun | undefined> {
     const runId = `run-${randomUUID()}`;
     const admitted = await this.db.withTransaction(async (tx) => {
@@ -101,12 +119,15 @@ export class PlatformSimulator {
       return rows.length === 1;
     });
     if (!admitted) return undefined;
-    const sandbox = await this.acquireSandbox(scope);
+    const sandbox = await this.acquireSandbox(scope, options.upsert);
     return { runId, scope, ...sandbox };
   }
 
   /** Creates (or reuses) the scope's sandbox at the provisioner and records its generation. */
-  async acquireSandbox(scope: ScopeRef): Promise<{ sandboxId: string; generation: number }> {
+  async acquireSandbox(
+    scope: ScopeRef,
+    upsert: SandboxUpsert = 'resets-released',
+  ): Promise<{ sandboxId: string; generation: number }> {
     const sandboxId = `sbx-${scope.runtimeScopeId}`;
     const response = await fetch(new URL('/api/sandboxes', this.provisionerUrl), {
       method: 'POST',
@@ -120,7 +141,18 @@ export class PlatformSimulator {
     }
     const body = (await response.json()) as { generation: number };
     // An upsert: the same row whether it runs once or twice.
-    await this.db.query(RECORD_SANDBOX, [scope.uid, scope.runtimeScopeId, sandboxId, body.generation]);
+    const values = [scope.uid, scope.runtimeScopeId, sandboxId, body.generation];
+    if (upsert === 'keeps-released-bypassing-triggers') {
+      await this.db.withTransaction(async (tx) => {
+        await tx.query("SET LOCAL session_replication_role = 'replica'");
+        await tx.query(RECORD_SANDBOX_KEEPING_RELEASED, values);
+      });
+    } else {
+      await this.db.query(
+        upsert === 'resets-released' ? RECORD_SANDBOX : RECORD_SANDBOX_KEEPING_RELEASED,
+        values,
+      );
+    }
     return { sandboxId, generation: body.generation };
   }
 

@@ -57,8 +57,9 @@ beforeAll(async () => {
   try {
     result = await runChaos({
       seed: SEED,
-      runs: 34,
-      concurrency: 17,
+      // The coverage cycle, in two waves (the random runs are the CLI's business).
+      runs: COVERAGE_CYCLE.length,
+      concurrency: Math.ceil(COVERAGE_CYCLE.length / 2),
       databaseUrl: url.toString(),
       wsProxy: t.wsProxy,
       dataDir,

@@ -4,12 +4,15 @@
  */
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { FaultKind } from './plan.ts';
 
 export interface ChaosCommandLine {
   seed: number;
   runs: number;
   concurrency: number;
   coverage: boolean;
+  /** `--kinds a,b`: force only these kinds, on every run in turn. */
+  kinds: FaultKind[];
   out: string;
   keepDb: boolean;
 }
@@ -45,6 +48,10 @@ Options
   --concurrency N   lifecycles at a time (positive integer)                (default ${CHAOS_DEFAULTS.concurrency})
   --coverage        force one fault kind per run first, so that a small
                     run covers the whole catalogue
+  --kinds K[,K…]    force only these fault kinds, one per run in turn, on
+                    every run (a kind-focused run, e.g. to show the suite
+                    finds a fault with its fix reverted); names as in the
+                    report's "Faults injected" table
   --out DIR         where the report goes                                  (default test/chaos/results/)
   --keep-db         keep the run's database for a post-mortem
   -h, --help        this text
@@ -69,6 +76,7 @@ export function parseChaosCommandLine(argv: readonly string[]): ParsedChaosComma
         runs: { type: 'string' },
         concurrency: { type: 'string' },
         coverage: { type: 'boolean' },
+        kinds: { type: 'string' },
         out: { type: 'string' },
         'keep-db': { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
@@ -95,6 +103,15 @@ export function parseChaosCommandLine(argv: readonly string[]): ParsedChaosComma
   for (const checked of [seed, runs, concurrency]) {
     if (typeof checked === 'string') return { kind: 'invalid', message: checked };
   }
+  const known = new Set<string>(Object.values(FaultKind));
+  const kinds = typeof values.kinds === 'string' ? values.kinds.split(',').map((kind) => kind.trim()) : [];
+  const unknown = kinds.filter((kind) => !known.has(kind));
+  if (unknown.length > 0 || (typeof values.kinds === 'string' && kinds.length === 0)) {
+    return {
+      kind: 'invalid',
+      message: `--kinds ${JSON.stringify(values.kinds)} is invalid: unknown kind(s) ${unknown.map((kind) => JSON.stringify(kind)).join(', ')}; known: ${[...known].join(', ')}`,
+    };
+  }
   return {
     kind: 'run',
     options: {
@@ -102,6 +119,7 @@ export function parseChaosCommandLine(argv: readonly string[]): ParsedChaosComma
       runs: runs as number,
       concurrency: concurrency as number,
       coverage: values.coverage === true,
+      kinds: kinds as FaultKind[],
       out: typeof values.out === 'string' ? values.out : RESULTS_DIR,
       keepDb: values['keep-db'] === true,
     },

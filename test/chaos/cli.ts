@@ -6,6 +6,7 @@
  * exits 1 if any invariant was violated (or the harness itself failed).
  */
 import { randomBytes } from 'node:crypto';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -17,8 +18,9 @@ import { startEmbeddedPostgres } from '../../infra/local/embedded-postgres.ts';
 import { startupFailureText } from '../../infra/local/errors.ts';
 import { CHAOS_HELP, ChaosExitCode, parseChaosCommandLine } from './cli-options.ts';
 import { runChaos } from './engine.ts';
+import { Invariant } from './invariants.ts';
 import { silenceEmptyMetricsWarning } from './quiet.ts';
-import { writeReport } from './report.ts';
+import { reportBaseName, writeReport } from './report.ts';
 import { scanFunctionsForBuiltSql } from './sql-scan.ts';
 
 async function main(): Promise<number> {
@@ -31,7 +33,26 @@ async function main(): Promise<number> {
     process.stderr.write(`npm run chaos: ${parsed.message}\n`);
     return ChaosExitCode.USAGE;
   }
-  const { seed, runs, concurrency, coverage, out, keepDb } = parsed.options;
+  const { seed, runs, concurrency, coverage, kinds, out, keepDb } = parsed.options;
+  // The stack runs in this process: an uncaught error (an 'error' event nobody listened to, a
+  // rejection nobody handled) is the stack crashing, invariant P's violation. It still ends the
+  // process, as it would a Lambda instance; first it leaves a crash report saying so.
+  process.once('uncaughtException', (error) => {
+    const message = redactSecrets(
+      `the chaos process, which runs the stack, crashed while faults ran: uncaught ${error.name}: ${error.message}`,
+    );
+    console.error(`  VIOLATION ${Invariant.NO_PROCESS_EXITS}: ${message}`);
+    try {
+      mkdirSync(out, { recursive: true });
+      const file = join(out, `${reportBaseName({ seed, runs })}.crash.md`);
+      writeFileSync(
+        file,
+        `# Chaos report — seed ${seed}, ${runs} runs: CRASHED\n\n**VIOLATION** ${Invariant.NO_PROCESS_EXITS} — ${message}\n\n\`\`\`\n${redactSecrets(error.stack ?? '')}\n\`\`\`\n`,
+      );
+      console.error(`chaos: crash report ${file}`);
+    } catch {}
+    process.exit(ChaosExitCode.FAILED);
+  });
   process.env.POWERTOOLS_METRICS_DISABLED ??= 'true';
   silenceEmptyMetricsWarning();
 
@@ -81,6 +102,7 @@ async function main(): Promise<number> {
       wsProxy: bridge.address,
       dataDir: join(scratch, 'stack'),
       coverage,
+      ...(kinds.length > 0 ? { focus: kinds } : {}),
       onProgress: ({ done, total, violations, elapsedMs }) => {
         if (done !== total && elapsedMs - lastPrint < 5_000) return;
         lastPrint = elapsedMs;

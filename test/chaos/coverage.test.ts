@@ -31,7 +31,7 @@ beforeAll(async () => {
     result = await runChaos({
       seed: SEED,
       runs: COVERAGE_CYCLE.length,
-      concurrency: 15,
+      concurrency: Math.ceil(COVERAGE_CYCLE.length / 2),
       databaseUrl: t.url,
       wsProxy: t.wsProxy,
       dataDir,

@@ -7,23 +7,34 @@
  * instrumentation (settings.ts, message-log.ts, ledger.ts, delete-probe.ts), the recorders and
  * periodic checks (recorders.ts), the runs (run-workers.ts, run-driver.ts), the final drain
  * (final-drain.ts), the final checks (final-checks.ts, nothing-lost.ts) and the result (result.ts).
+ * Issue 11's faults: the run-level ones in production-faults.ts (judged in production-checks.ts),
+ * the stack-wide database episodes in db-episodes.ts (the stack reaches PostgreSQL through a proxy
+ * that can stall connects), and every child process watched by process-watch.ts. test/chaos/README.md
+ * lists every fault kind and invariant.
  */
+import { fileURLToPath } from 'node:url';
 import fc from 'fast-check';
+import { loadConfig } from '../../functions/adapters/config.ts';
 import { type Database, openDatabase } from '../../functions/adapters/database.ts';
 import { createQueues } from '../../functions/adapters/queues.ts';
 import { PlatformSimulator } from '../../infra/local/platform.ts';
 import { type Stack, startStack } from '../../infra/local/stack.ts';
+import { type ConnectStallingProxy, startConnectStallingProxy } from '../support/stalling-proxy.ts';
 import { ClockSync, preciseNow } from './clock.ts';
+import { DatabaseEpisodes } from './db-episodes.ts';
 import { BackendTerminator } from './db-faults.ts';
 import { installDeleteProbe } from './delete-probe.ts';
 import { judgeFinalHistory } from './final-checks.ts';
 import { drainAfterFaults } from './final-drain.ts';
 import { firedBy } from './forced-fault.ts';
 import { hostileMessage } from './hostile.ts';
+import { Invariant } from './invariants.ts';
 import { installLedger, LedgerReader } from './ledger.ts';
 import { MessageLog, queueDepth } from './message-log.ts';
 import { DEFAULT_MIX, FaultKind, type FaultMix } from './plan.ts';
 import { FenceWatcher, ScopePool } from './platform-ops.ts';
+import { ProcessWatch, type WatchedProcess } from './process-watch.ts';
+import { newProductionFaultState } from './production-faults.ts';
 import { mixSeed, Rng } from './random.ts';
 import { Recorders } from './recorders.ts';
 import { assembleResult, type ChaosResult } from './result.ts';
@@ -48,6 +59,8 @@ export interface ChaosOptions {
   mix?: FaultMix;
   /** Cycle through every fault kind first (small runs cover the whole catalogue). */
   coverage?: boolean;
+  /** Force only these kinds, on every run in turn (`--kinds`: the fix-reverted proofs). */
+  focus?: FaultKind[];
   /** Mean time between backend terminations while runs execute; null turns them off. */
   terminateEveryMs?: number | null;
   clearTimeoutMs?: number;
@@ -59,6 +72,10 @@ export interface ChaosOptions {
   /** Extra StackOptions for tests (e.g. a log sink). */
   env?: Record<string, string>;
 }
+
+/** The process the termination storm hits beside the stack: 30 connections of cleanup-shaped work. */
+const STORM_WORKER = fileURLToPath(new URL('../support/termination-storm-child.ts', import.meta.url));
+export const STORM_WORKER_APPLICATION_NAME = 'runtime-cleanup-storm-worker';
 
 const COUNT_FENCES = 'SELECT count(*)::int AS n FROM agent_runs WHERE runtime_cleanup_pending';
 const SERVER_VERSION = 'SELECT current_setting($1::text) AS v';
@@ -87,6 +104,9 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       maxConnections: max,
       lockTimeoutMs,
       statementTimeoutMs: 20_000,
+      // The harness's own connections must outlast a machine at many times its cores' load (the
+      // stack keeps the production bounds: its connects are what the faults test).
+      connectTimeoutMs: 30_000,
     });
     pools.push(db);
     return db;
@@ -95,11 +115,27 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
   let recorders: Recorders | undefined;
   let terminator: BackendTerminator | undefined;
   let fences: FenceWatcher | undefined;
+  let proxy: ConnectStallingProxy | undefined;
+  let episodes: DatabaseEpisodes | undefined;
+  const processes = new ProcessWatch();
+  const production = newProductionFaultState();
+  const config = loadConfig(env);
   try {
+    // The stack reaches the database through a proxy that can stop answering new connects. It sits
+    // between the WebSocket bridge and PostgreSQL (the bridge connects to the URL's host and port),
+    // because the driver's WebSocket proxy setting is one for the whole process.
+    const database = new URL(options.databaseUrl);
+    proxy = await startConnectStallingProxy({
+      host: database.hostname,
+      port: Number(database.port || '5432'),
+    });
+    const stackUrl = new URL(withApplicationName(options.databaseUrl, STACK_APPLICATION_NAME));
+    stackUrl.hostname = '127.0.0.1';
+    stackUrl.port = String(proxy.port);
     // --- the stack under test, and its instrumentation -------------------------------------------
     stack = await startStack({
       env,
-      databaseUrl: withApplicationName(options.databaseUrl, STACK_APPLICATION_NAME),
+      databaseUrl: stackUrl.toString(),
       wsProxy: options.wsProxy,
       sqsPort: 0,
       dataDir: options.dataDir,
@@ -164,6 +200,38 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     recorders.start();
 
     // --- the runs ----------------------------------------------------------------------------------
+    // The process a storm hits beside the stack, started for each storm and watched from its start
+    // to its end (invariant P): a crash under the storm is a violation with its exit code.
+    const startStormWorker = async (): Promise<WatchedProcess> => {
+      const worker = processes.spawn(
+        'storm worker (30 connections)',
+        process.execPath,
+        ['--import', 'tsx', STORM_WORKER],
+        {
+          ...process.env,
+          STORM_DATABASE_URL: withApplicationName(options.databaseUrl, STORM_WORKER_APPLICATION_NAME),
+          STORM_SEED_URL: withApplicationName(options.databaseUrl, 'chaos-storm-seed'),
+          STORM_WS_PROXY: options.wsProxy,
+          STORM_WORKERS: '30',
+          STORM_FRESH_WORKERS: '6',
+          STORM_DURATION_MS: String(3600 * 1000),
+          STORM_PAUSE_MS: '20',
+        },
+      );
+      // Its 30 workers connected before the storm begins.
+      if (!(await worker.waitForLine('"ready":true', 60_000))) {
+        harnessErrors.push('a storm worker did not get ready within 60 s');
+      }
+      return worker;
+    };
+    episodes = new DatabaseEpisodes(
+      admin,
+      [STACK_APPLICATION_NAME, STORM_WORKER_APPLICATION_NAME],
+      STACK_APPLICATION_NAME,
+      proxy,
+      config.databaseConnectTimeoutMs,
+      startStormWorker,
+    );
     const context: RunContext = {
       platform,
       platformDb,
@@ -181,6 +249,19 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       clearTimeoutMs: options.clearTimeoutMs ?? 120_000,
       forcedFaultTimeoutMs,
       background: new Set(),
+      production: {
+        platform,
+        operatorDb: platformDb,
+        provisioner,
+        provisionerUrl: stack.provisionerUrl,
+        messages,
+        forgedQueues: messages.wrap(plain, 'forged'),
+        scopes,
+        fences,
+        timeouts: CHAOS_TIMEOUTS,
+        state: production,
+      },
+      episodes,
     };
     terminator =
       options.terminateEveryMs === null
@@ -200,6 +281,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       concurrency: options.concurrency,
       mix,
       coverage: options.coverage ?? false,
+      ...(options.focus ? { focus: options.focus } : {}),
       context,
       onHarnessError,
       onRunDone: (done) =>
@@ -223,6 +305,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     }
     const drainStarted = preciseNow();
     await terminator?.stop();
+    await episodes.settle();
     await Promise.all(context.background);
     provisioner.clearFaults();
     const drained = await drainAfterFaults({
@@ -232,6 +315,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     });
     const finalDrainMs = preciseNow() - drainStarted;
     await recorders.stop();
+    await episodes.awaitStalledConnectsJudgeable();
 
     // --- final collection and checks -----------------------------------------------------------
     await clock.sample();
@@ -250,6 +334,17 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       cleaned: recorders.cleaned,
       scopes,
       provisioner,
+      production,
+      retryCapMs: Number(env.CLEANUP_RETRY_MAX_SECONDS ?? CHAOS_ENV.CLEANUP_RETRY_MAX_SECONDS) * 1000,
+      stackWideFaults: episodes.windows,
+      judgedElsewhere: [
+        {
+          invariant: Invariant.NO_PROCESS_EXITS,
+          checked: processes.started,
+          violations: processes.violations,
+        },
+        { invariant: Invariant.CONNECT_ABANDONED, ...episodes.judgeStalledConnects(performance.now()) },
+      ],
     });
     return assembleResult({
       identity: {
@@ -263,6 +358,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
           maxReceiveCount: 8,
           mix,
           coverage: options.coverage ?? false,
+          ...(options.focus ? { focus: options.focus } : {}),
           meanMsBetweenBackendTerminations:
             options.terminateEveryMs === null ? 'off' : (options.terminateEveryMs ?? 400),
         },
@@ -278,11 +374,21 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       harnessErrors,
       clock: clock.summary(),
       stackErrors,
+      episodes: {
+        terminationStorms: episodes.stormReports,
+        stalledConnects: proxy.stalledConnects.length,
+        forceClears: production.forceClears,
+        forgedReleases: production.forged.size,
+      },
     });
   } finally {
+    await processes.stopAll();
     await recorders?.stop().catch(() => {});
     await terminator?.stop().catch(() => {});
     fences?.stop();
+    // Before the stack: a connect still stalled in the proxy (a client that never gives up on it,
+    // invariant T's violation) would otherwise hold the stack's shutdown forever.
+    await proxy?.close().catch(() => {});
     await stack?.stop().catch(() => {});
     await Promise.all(pools.map((pool) => pool.end().catch(() => {})));
   }

@@ -21,6 +21,8 @@ import { type MessageLog, runIdOf, takeAll } from './message-log.ts';
 import { checkNothingLost } from './nothing-lost.ts';
 import type { ConsumedQueue } from './plan.ts';
 import type { ScopePool } from './platform-ops.ts';
+import { checkForgedReleases, checkProvisionerReplies, deadLetterFacts } from './production-checks.ts';
+import type { ProductionFaultState } from './production-faults.ts';
 import type { RunRecord } from './run-driver.ts';
 import { CONSUMED_QUEUES, CONVERGENCE_BOUND_MS } from './settings.ts';
 
@@ -43,6 +45,19 @@ export interface FinalVerdict {
   leaks: SandboxInfo[];
   /** Distinct (sandbox, generation) pairs ever recorded. */
   sandboxesCreated: number;
+  /**
+   * How many things each invariant judged outside the fixed set above (the invariants of issue 11
+   * and any added later): the report's table reads it, so a new invariant needs only its entry in
+   * `Invariant`, its count here and its violations in `violations`.
+   */
+  extraChecks: Partial<Record<Invariant, number>>;
+}
+
+/** An invariant judged elsewhere (a watcher, an episode), handed in with its count. */
+export interface JudgedElsewhere {
+  invariant: Invariant;
+  checked: number;
+  violations: readonly Violation[];
 }
 
 export async function judgeFinalHistory(input: {
@@ -57,6 +72,11 @@ export async function judgeFinalHistory(input: {
   cleaned: ReadonlyMap<string, number>;
   scopes: ScopePool;
   provisioner: LocalProvisioner;
+  production: ProductionFaultState;
+  retryCapMs: number;
+  judgedElsewhere: readonly JudgedElsewhere[];
+  /** Stack-wide episodes (db-episodes.ts), on this process's clock. */
+  stackWideFaults: ReadonlyArray<{ startMs: number; endMs: number }>;
 }): Promise<FinalVerdict> {
   const { history, admin, messages, scopes } = input;
   const deadLetters = new Map<ConsumedQueue, Message[]>();
@@ -68,7 +88,7 @@ export async function judgeFinalHistory(input: {
   for (const violation of [...input.earlier, ...safety.violations]) violations.set(violation.key, violation);
 
   // 4: convergence
-  const convergence = convergenceOf(history.runLog, input.runRecords);
+  const convergence = convergenceOf(history.runLog, input.runRecords, input.stackWideFaults);
   for (const sample of convergence.samples) {
     if (sample.convergenceMs <= CONVERGENCE_BOUND_MS) continue;
     violations.set(`4:${sample.runId}`, {
@@ -104,7 +124,10 @@ export async function judgeFinalHistory(input: {
     scopes.all.filter((scope) => scope.retired).flatMap((scope) => [...scope.sandboxIds]),
   );
   const live = input.provisioner.liveSandboxes();
-  const leaks = live.filter((sandbox) => !expectedLeakSandboxes.has(sandbox.id));
+  // A decoy (a sandbox no scope owns, named by forged releases) must stay live: invariant G.
+  const leaks = live.filter(
+    (sandbox) => !expectedLeakSandboxes.has(sandbox.id) && !input.production.decoys.has(sandbox.id),
+  );
   for (const sandbox of leaks) {
     violations.set(`1b:${sandbox.id}#${sandbox.generation}`, {
       invariant: Invariant.NO_SANDBOX_LEAKED,
@@ -124,8 +147,35 @@ export async function judgeFinalHistory(input: {
   const paths = checkPathsEncoded(history.deletes);
   for (const violation of paths.violations) violations.set(violation.key, violation);
 
+  // G and R: the forged releases, and the provisioner replies of contract v1.1 §3.
+  const extraChecks: Partial<Record<Invariant, number>> = {};
+  const releaseDeadLetters = (deadLetters.get('runtime-release.fifo') ?? []).map(deadLetterFacts);
+  const forged = checkForgedReleases({
+    forged: input.production.forged,
+    releaseDeadLetters,
+    acked: messages.acked,
+    decoys: input.production.decoys,
+    liveSandboxIds: new Set(live.map((sandbox) => sandbox.id)),
+  });
+  const replies = checkProvisionerReplies({
+    releaseDeadLetters,
+    deletes: history.deletes,
+    retryAfterAsked: input.production.retryAfterAsked,
+    retryCapMs: input.retryCapMs,
+  });
+  const judged: JudgedElsewhere[] = [
+    { invariant: Invariant.FORGED_RELEASES_REFUSED, ...forged },
+    { invariant: Invariant.PROVISIONER_REPLIES_HONOURED, ...replies },
+    ...input.judgedElsewhere,
+  ];
+  for (const { invariant, checked, violations: found } of judged) {
+    extraChecks[invariant] = (extraChecks[invariant] ?? 0) + checked;
+    for (const violation of found) violations.set(violation.key, violation);
+  }
+
   return {
     violations: [...violations.values()],
+    extraChecks,
     counts: safety.counts,
     convergence,
     nothingLost,

@@ -43,10 +43,17 @@ export function buildHistory(input: {
       startedAt: entry.startedAt,
       endedAt: entry.endedAt,
       deletedGeneration: entry.deletedGeneration,
+      deletedAt: entry.deletedAt,
     }));
   const releases: CapturedRelease[] = [];
   for (const message of messages.sent.values()) {
-    if (message.queue !== 'runtime-release.fifo' || message.origin === 'hostile') continue;
+    // Hostile and forged commands are nobody's capture: a DELETE they caused names no captured pair.
+    if (
+      message.queue !== 'runtime-release.fifo' ||
+      message.origin === 'hostile' ||
+      message.origin === 'forged'
+    )
+      continue;
     const body = JSON.parse(message.body) as ReleaseCommand;
     releases.push({
       origin: message.origin,

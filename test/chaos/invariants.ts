@@ -27,6 +27,14 @@ export const Invariant = {
   NOTHING_LOST: '5-nothing-lost',
   NO_SANDBOX_LEAKED: '1b-no-sandbox-left-behind-by-a-cleared-fence',
   IDS_PERCENT_ENCODED: 'S1-sandbox-ids-reach-the-provisioner-as-one-percent-encoded-segment',
+  /** Issue 11.5: 429/408 are retried (no sooner than Retry-After asks, within the cap), 410 is gone. */
+  PROVISIONER_REPLIES_HONOURED: 'R-retryable-and-gone-replies-are-not-dead-lettered-as-rejected',
+  /** Issue 11.2: a forged or mismatched release is refused with its own reason and deletes nothing. */
+  FORGED_RELEASES_REFUSED: 'G-forged-releases-refused-with-their-own-reason-before-any-delete',
+  /** Issue 11.4: no process the chaos suite started exits unless it was asked to. */
+  NO_PROCESS_EXITS: 'P-no-process-of-the-stack-exits-while-faults-run',
+  /** Issue 11.4: a database connect that never answers is abandoned within the connect timeout. */
+  CONNECT_ABANDONED: 'T-a-connect-that-never-answers-is-abandoned-within-the-connect-timeout',
 } as const;
 export type Invariant = (typeof Invariant)[keyof typeof Invariant];
 
@@ -50,6 +58,8 @@ export interface DeleteRequest {
   startedAt: number;
   endedAt: number | undefined;
   deletedGeneration: number | undefined;
+  /** When the provisioner deleted it: later than `endedAt` if the client gave up first. */
+  deletedAt?: number | undefined;
 }
 
 export interface CapturedRelease {
@@ -96,7 +106,13 @@ const scopeKey = (entry: { uid: string; runtimeScopeId: string }) =>
 export function confirmsGone(request: DeleteRequest, generation: number): boolean {
   if (request.status === undefined) return false;
   if (request.outcome !== 'answered' && request.outcome !== 'aborted') return false;
-  if (request.status === 200 || request.status === 204 || request.status === 404) return true;
+  // An injected 200 (a catch-all server's HTML page at a wrong URL) touched nothing: the status
+  // line is not the provisioner's answer, and trusting it would clear a fence over a live sandbox.
+  if ((request.status === 200 || request.status === 204) && request.fault?.startsWith('status:'))
+    return false;
+  // 410 is gone (contract v1.1 §3); the local provisioner answers it only after a real delete.
+  if (request.status === 200 || request.status === 204 || request.status === 404 || request.status === 410)
+    return true;
   if (request.status !== 409 || request.outcome !== 'answered') return false;
   // A real 409 names the live generation, which is always the newest one ever created (a new one
   // is created only once the old one is gone), so it is newer; an injected one says what it says.
@@ -126,11 +142,34 @@ function index(history: History): Indexed {
     push(runsByScope, scopeKey(entry), entry);
   }
   const sandboxesByScope = new Map<string, SandboxLogEntry[]>();
-  for (const entry of [...history.sandboxLog].sort(byTime)) push(sandboxesByScope, scopeKey(entry), entry);
+  for (const entry of [...history.sandboxLog].sort(byTime)) {
+    const scope = scopeKey(entry);
+    const previous = sandboxesByScope.get(scope)?.at(-1);
+    push(sandboxesByScope, scope, withoutInheritedRelease(entry, previous));
+  }
   const deletesBySandbox = new Map<string, DeleteRequest[]>();
   for (const request of history.deletes)
     if (request.sandboxId !== undefined) push(deletesBySandbox, request.sandboxId, request);
   return { runsByRun, runsByScope, sandboxesByScope, deletesBySandbox };
+}
+
+/**
+ * A generation is released only by a write that kept its (sandbox id, generation): finalize marks
+ * the generation it confirmed gone. A row that names a new generation and reads released at once
+ * inherited the previous generation's `released_at` (issue 11.3; the platform's upsert left it
+ * alone): the new generation is live, so it is judged as unreleased — a fence cleared over it
+ * without a confirmed delete is then a violation of invariant 1, as it is in production.
+ */
+export function withoutInheritedRelease(
+  entry: SandboxLogEntry,
+  previous: SandboxLogEntry | undefined,
+): SandboxLogEntry {
+  if (!entry.released) return entry;
+  const sameGeneration =
+    previous !== undefined &&
+    previous.sandboxId === entry.sandboxId &&
+    previous.generation === entry.generation;
+  return sameGeneration ? entry : { ...entry, released: false };
 }
 
 /** The scope's recorded sandbox just before `atMs` (ignoring rows written by `exceptTxid`). */
@@ -353,7 +392,8 @@ function checkNoDeleteUnderActiveRun(
     const scope = request.sandboxId === undefined ? undefined : history.sandboxScope.get(request.sandboxId);
     if (scope === undefined) continue;
     checked += 1;
-    const end = request.endedAt ?? history.settledBeforeMs;
+    // A DELETE carried out after its client gave up acts until it deleted, not until it ended.
+    const end = Math.max(request.endedAt ?? history.settledBeforeMs, request.deletedAt ?? 0);
     const overlapping = (activeIntervals.get(scope) ?? []).filter(
       (interval) => interval.from < end && interval.to > request.startedAt,
     );
@@ -384,6 +424,7 @@ function describeDelete(request: DeleteRequest): Record<string, unknown> {
     startedAt: request.startedAt,
     endedAt: request.endedAt,
     deletedGeneration: request.deletedGeneration,
+    deletedAt: request.deletedAt,
   };
 }
 
@@ -392,7 +433,10 @@ export interface ConvergenceSample {
   runId: string;
   /** Fence set → clear, whatever happened in between. */
   fenceToClearMs: number;
-  /** From the later of: fence set, the run's faults stopped, its scope's last run turned terminal. */
+  /**
+   * From the later of: fence set, the run's faults stopped, its scope's last run turned terminal,
+   * the end of the last stack-wide fault that began before the clear.
+   */
   convergenceMs: number;
   /** The fence was still up when that clock started (else it cleared while faults still fired). */
   fencedWhenFaultsStopped: boolean;
@@ -405,6 +449,12 @@ export interface ConvergenceSample {
 export function convergenceOf(
   runLog: readonly RunLogEntry[],
   runs: ReadonlyArray<{ rootRunIds: readonly string[]; faultsStoppedAtMs: number }>,
+  /**
+   * Faults that hit the whole stack at once (a termination storm, connects that never answer),
+   * from their start to when their effect ends: they are every run's faults, so a fence's clock
+   * starts after the last one that began before it cleared.
+   */
+  stackWide: ReadonlyArray<{ startMs: number; endMs: number }> = [],
 ): { samples: ConvergenceSample[]; uncleared: string[] } {
   const idx = index({
     runLog,
@@ -438,7 +488,10 @@ export function convergenceOf(
       const lastTerminal = Math.max(
         ...(terminalAt.get(epoch.scope) ?? []).filter((atMs) => atMs <= epoch.clearAtMs!),
       );
-      const start = Math.max(epoch.setAtMs, run.faultsStoppedAtMs, lastTerminal);
+      const lastStackWide = Math.max(
+        ...stackWide.filter((episode) => episode.startMs < epoch.clearAtMs!).map((episode) => episode.endMs),
+      );
+      const start = Math.max(epoch.setAtMs, run.faultsStoppedAtMs, lastTerminal, lastStackWide);
       samples.push({
         runId,
         fenceToClearMs: epoch.clearAtMs - epoch.setAtMs,

@@ -56,7 +56,11 @@ export const INSTALL_LEDGER = `
     EXECUTE FUNCTION chaos_log_run();
   DROP TRIGGER IF EXISTS chaos_log_sandbox ON sandbox_runtimes;
   CREATE TRIGGER chaos_log_sandbox AFTER INSERT OR UPDATE ON sandbox_runtimes
-    FOR EACH ROW EXECUTE FUNCTION chaos_log_sandbox();`;
+    FOR EACH ROW EXECUTE FUNCTION chaos_log_sandbox();
+  -- The ledger records writes that bypass ordinary triggers too (a replication apply, a restore).
+  ALTER TABLE sandbox_runtimes ENABLE ALWAYS TRIGGER chaos_log_sandbox;
+  ALTER TABLE agent_runs ENABLE ALWAYS TRIGGER chaos_log_run_insert;
+  ALTER TABLE agent_runs ENABLE ALWAYS TRIGGER chaos_log_run_update;`;
 
 const READ_RUN_LOG = `
   SELECT seq::text, (extract(epoch FROM at) * 1000)::float8 AS at_ms, txid::text, run_id, uid, runtime_scope_id,

@@ -96,6 +96,7 @@ describe('the invariant-3 lock probe', () => {
     expect(verdict.kind).toBe('violation');
     if (verdict.kind !== 'violation') return;
     expect(verdict.heldForMs).toBeGreaterThanOrEqual(WINDOW_MS);
+    expect(verdict.sightings).toBeGreaterThanOrEqual(2);
     expect(new Set(verdict.holders.map((holder) => holder.lock))).toEqual(new Set(['advisory', 'row']));
     expect(verdict.holders.every((holder) => holder.applicationName === STACK)).toBe(true);
   });

@@ -21,7 +21,7 @@ import type { AckInvocation } from '../../infra/local/event-source.ts';
 import { preciseNow } from './clock.ts';
 import { type ConsumerFunction, FaultKind } from './plan.ts';
 
-export type MessageOrigin = 'stack' | 'platform' | 'replay' | 'hostile';
+export type MessageOrigin = 'stack' | 'platform' | 'replay' | 'hostile' | 'forged';
 
 export interface SentMessage {
   queue: string;

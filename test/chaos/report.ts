@@ -23,7 +23,7 @@ export function renderMarkdown(result: ChaosResult): string {
   );
   lines.push('');
   lines.push(
-    `Reproduce: \`npm run chaos -- --seed ${result.seed} --runs ${result.runs} --concurrency ${result.concurrency}${result.config.coverage ? ' --coverage' : ''}\` (the fault plan of every run is reproducible from the seed; the interleaving of real processes is not).`,
+    `Reproduce: \`npm run chaos -- --seed ${result.seed} --runs ${result.runs} --concurrency ${result.concurrency}${result.config.coverage ? ' --coverage' : ''}${Array.isArray(result.config.focus) ? ` --kinds ${result.config.focus.join(',')}` : ''}\` (the fault plan of every run is reproducible from the seed; the interleaving of real processes is not).`,
   );
   lines.push('');
   lines.push('## Invariants');
@@ -87,6 +87,8 @@ export function renderMarkdown(result: ChaosResult): string {
   lines.push(`- sandboxes: ${JSON.stringify(result.sandboxes)}`);
   lines.push(`- clock alignment (database ↔ this process): ${JSON.stringify(result.clock)}`);
   lines.push(`- event-source errors seen: ${JSON.stringify(result.stackErrors)}`);
+  if (result.episodes)
+    lines.push(`- issue 11 episodes and operator actions: ${JSON.stringify(result.episodes)}`);
   lines.push(`- harness errors: ${result.harnessErrors.length}`);
   if (result.security) lines.push(`- static security checks: ${JSON.stringify(result.security)}`);
   lines.push('');

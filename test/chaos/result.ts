@@ -59,6 +59,8 @@ export interface ChaosResult {
   security?: Record<string, unknown>;
   clock: Record<string, number>;
   stackErrors: Record<string, number>;
+  /** The stack-wide episodes and operator actions of issue 11's faults, as they happened. */
+  episodes?: Record<string, unknown>;
 }
 
 /** The parts of a run the result is assembled from. */
@@ -75,6 +77,7 @@ export interface ResultInputs {
   harnessErrors: string[];
   clock: Record<string, number>;
   stackErrors: ReadonlyMap<string, number>;
+  episodes?: Record<string, unknown>;
 }
 
 export function assembleResult(input: ResultInputs): ChaosResult {
@@ -148,7 +151,8 @@ export function assembleResult(input: ResultInputs): ChaosResult {
         checked: verdict.paths.checked,
         violations: count(Invariant.IDS_PERCENT_ENCODED),
       },
-    },
+      ...extraChecks(verdict, count),
+    } as Record<Invariant, { checked: number; violations: number }>,
     coverage: coverageOf(runRecords),
     foundDuringRun: input.foundDuringRun,
     violations: all,
@@ -182,7 +186,21 @@ export function assembleResult(input: ResultInputs): ChaosResult {
     harnessErrors,
     clock: input.clock,
     stackErrors: Object.fromEntries(input.stackErrors),
+    ...(input.episodes ? { episodes: input.episodes } : {}),
   };
+}
+
+/** The invariants beyond the fixed set, each with the count its judge reported. */
+function extraChecks(
+  verdict: FinalVerdict,
+  count: (invariant: Invariant) => number,
+): Partial<Record<Invariant, { checked: number; violations: number }>> {
+  return Object.fromEntries(
+    Object.entries(verdict.extraChecks).map(([invariant, checked]) => [
+      invariant,
+      { checked: checked ?? 0, violations: count(invariant as Invariant) },
+    ]),
+  );
 }
 
 function deadLettersByCode(deadLetters: ReadonlyMap<string, Message[]>): ChaosResult['deadLetters'] {

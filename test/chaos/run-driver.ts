@@ -10,6 +10,7 @@ import type { Queues } from '../../functions/adapters/queues.ts';
 import type { AdmittedRun, PlatformSimulator } from '../../infra/local/platform.ts';
 import type { LocalProvisioner } from '../../infra/local/provisioner/server.ts';
 import { preciseNow } from './clock.ts';
+import { type DatabaseEpisodes, STORM_MIN_CONNECTIONS, STORM_MIN_KILLS } from './db-episodes.ts';
 import { holdLock } from './db-faults.ts';
 import { type ForcedFaultRecord, firedBy, watchDeleteFaulted } from './forced-fault.ts';
 import type { CrashBoundary, MessageLog, SentMessage } from './message-log.ts';
@@ -30,6 +31,16 @@ import {
   type ScopePool,
   type ScopeState,
 } from './platform-ops.ts';
+import {
+  armForceClear,
+  disarmForceClear,
+  type ForgeryProps,
+  forceClearDuringRelease,
+  type ProductionFaultContext,
+  prepareForgery,
+  readmitWithSloppyUpsert,
+  sendForgedReleases,
+} from './production-faults.ts';
 import type { Rng } from './random.ts';
 
 export interface RunContext {
@@ -52,6 +63,10 @@ export interface RunContext {
   forcedFaultTimeoutMs: number;
   /** Work that outlives the run (late replays); awaited before the final checks. */
   background: Set<Promise<unknown>>;
+  /** The faults of issue 11 (production-faults.ts) and what they leave for the final checks. */
+  production: ProductionFaultContext;
+  /** Stack-wide database episodes: termination storms, connects that never answer. */
+  episodes: DatabaseEpisodes;
 }
 
 export interface RunRecord {
@@ -126,9 +141,20 @@ export async function playRun(
     plan.forced !== undefined && PROVISIONER_FAULT_KINDS.has(plan.forced)
       ? watchDeleteFaulted(provisioner, root.sandboxId)
       : undefined;
+  // The force-clear's slow DELETE first: the provisioner applies a sandbox's faults in order.
+  if (plan.forceClearDuringRelease) armForceClear(ctx.production, root);
+  let forgery: ForgeryProps | undefined;
+  if (plan.forgedReleases) {
+    forgery = await guard('forgery', () =>
+      prepareForgery(ctx.production, root, (length) => rng.int(0, length - 1)),
+    );
+  }
   for (const kind of plan.provisionerKinds) {
     const fault = provisionerFault(kind, rng, ctx.timeouts, root.generation);
     provisioner.setFault(root.sandboxId, fault);
+    if ('retryAfter' in fault && typeof fault.retryAfter === 'object') {
+      ctx.production.state.retryAfterAsked.set(root.sandboxId, fault.retryAfter.seconds);
+    }
     note(kind);
   }
   for (const run of roots) {
@@ -232,6 +258,54 @@ export async function playRun(
       }
     });
   }
+  const deadlineOf = (kind: FaultKind) => (isForced(kind) ? forcedDeadlineMs : windowEndMs);
+  if (plan.forceClearDuringRelease) {
+    const kind = FaultKind.FORCE_CLEAR_DURING_RELEASE;
+    inWindow.push(
+      guard('force-clear', async () => {
+        const attempt = await forceClearDuringRelease(ctx.production, scope, root, roots, deadlineOf(kind));
+        if (attempt?.duringDelete) note(kind);
+      }),
+    );
+  }
+  if (forgery) {
+    const props = forgery;
+    const kind = FaultKind.FORGED_RELEASE;
+    inWindow.push(
+      guard('forged releases', async () => {
+        const sent = await sendForgedReleases(ctx.production, root, props, roots, deadlineOf(kind));
+        if (sent > 0) note(kind, sent);
+      }),
+    );
+  }
+  for (const [planned, kind, upsert] of [
+    [plan.upsertKeepsReleasedAt, FaultKind.UPSERT_KEEPS_RELEASED_AT, 'keeps-released'],
+    [plan.upsertBypassingTriggers, FaultKind.UPSERT_BYPASSING_TRIGGERS, 'keeps-released-bypassing-triggers'],
+  ] as const) {
+    if (!planned) continue;
+    inWindow.push(
+      guard('sloppy upsert', async () => {
+        // The scope's next run comes whenever the cleanup is done: waited for as a forced fault is.
+        if (await readmitWithSloppyUpsert(ctx.production, scope, root, roots, forcedDeadlineMs, upsert))
+          note(kind);
+      }),
+    );
+  }
+  if (plan.terminationStorm) {
+    const { atMs, ms } = plan.terminationStorm;
+    const kind = FaultKind.DB_TERMINATION_STORM;
+    at(atMs, async () => {
+      const report = await ctx.episodes.storm(ms, deadlineOf(kind));
+      if (report.kills >= STORM_MIN_KILLS && report.connectedAtStart >= STORM_MIN_CONNECTIONS) note(kind);
+    });
+  }
+  if (plan.connectsNeverAnswer) {
+    const { atMs, ms } = plan.connectsNeverAnswer;
+    const kind = FaultKind.DB_CONNECT_NEVER_ANSWERS;
+    at(atMs, async () => {
+      if ((await ctx.episodes.stallConnects(ms, deadlineOf(kind))) > 0) note(kind);
+    });
+  }
   const replays: Array<Promise<unknown>> = [];
   for (const replay of plan.replays) {
     const runIds = () => roots.map((run) => run.runId);
@@ -271,6 +345,7 @@ export async function playRun(
   }
   // --- faults stop ----------------------------------------------------------------------------
   for (const sandboxId of scope.sandboxIds) provisioner.clearFaults(sandboxId);
+  if (plan.forceClearDuringRelease) disarmForceClear(ctx.production, root);
   for (const run of roots) messages.disarm(run.runId);
   afterDelete?.release();
   const faultsStoppedAtMs = preciseNow();
@@ -280,6 +355,7 @@ export async function playRun(
     ctx.clearTimeoutMs,
   );
   ctx.scopes.give(scope);
+  if (forgery) ctx.scopes.give(forgery.activeScope);
   return {
     index: plan.index,
     kinds: [...kinds],
@@ -366,7 +442,10 @@ async function replayOne(
     runIds().flatMap((runId) =>
       ctx.messages
         .messagesOf(runId)
-        .filter((message) => message.origin !== 'replay' && message.origin !== 'hostile'),
+        .filter(
+          (message) =>
+            message.origin !== 'replay' && message.origin !== 'hostile' && message.origin !== 'forged',
+        ),
     );
   const candidates = () => all().filter((message) => message.queue === queue);
   if (waitUntilMs !== undefined) {

@@ -2,7 +2,7 @@
  * The runs: `concurrency` workers take run indexes in order and play each run's plan (drawn from
  * the seed, the coverage cycle's kind forced on the first runs) to its end.
  */
-import { COVERAGE_CYCLE, drawPlan, type FaultMix, LYING_PROVISIONER_FAULTS } from './plan.ts';
+import { COVERAGE_CYCLE, drawPlan, type FaultKind, type FaultMix, LYING_PROVISIONER_FAULTS } from './plan.ts';
 import { runRng } from './random.ts';
 import { playRun, type RunContext, type RunRecord } from './run-driver.ts';
 import { CHAOS_TIMEOUTS } from './settings.ts';
@@ -13,6 +13,11 @@ export async function playAllRuns(input: {
   concurrency: number;
   mix: FaultMix;
   coverage: boolean;
+  /**
+   * Force only these kinds, on every run in turn (a kind-focused run: `--kinds`); without it the
+   * coverage cycle forces each kind of the catalogue once, on the first runs.
+   */
+  focus?: readonly FaultKind[];
   context: RunContext;
   onHarnessError: (message: string) => void;
   /** After each run, with the number done so far. */
@@ -28,7 +33,8 @@ export async function playAllRuns(input: {
       next += 1;
       const rng = runRng(input.seed, index);
       // The coverage cycle forces one kind per run for the first runs only; the rest are random.
-      const forced = input.coverage ? COVERAGE_CYCLE[index] : undefined;
+      const focus = input.focus && input.focus.length > 0 ? input.focus : undefined;
+      const forced = focus ? focus[index % focus.length] : input.coverage ? COVERAGE_CYCLE[index] : undefined;
       const plan = drawPlan(index, rng, input.mix, CHAOS_TIMEOUTS, forced);
       if (plan.provisionerKinds.some((kind) => LYING_PROVISIONER_FAULTS.has(kind))) {
         // A lie leaves the sandbox live with the fence down; a new run or a late duplicate in

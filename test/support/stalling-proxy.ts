@@ -107,3 +107,74 @@ export async function startStallingProxy(target: { host: string; port: number })
     close: () => closeAll(server, sockets),
   };
 }
+
+/** A connection the proxy accepted while stalling and never answered. */
+export interface StalledConnect {
+  readonly acceptedAtMs: number;
+  /** When the client gave up on it (closed its end); undefined while it still waits. */
+  closedAtMs: number | undefined;
+}
+
+export interface ConnectStallingProxy {
+  readonly port: number;
+  /** `127.0.0.1:<port>`, to be given where the real address was (a WebSocket proxy, say). */
+  readonly address: string;
+  /** Every connection accepted while stalling, oldest first. */
+  readonly stalledConnects: readonly StalledConnect[];
+  /** While on, new connections are accepted and never answered; earlier ones keep working. */
+  stallNewConnections(on: boolean): void;
+  close(): Promise<void>;
+}
+
+/**
+ * A TCP proxy that forwards to `target` and, while told to stall, accepts new connections and
+ * never answers them — not even after the stall ends — the way a connect looks across a dead
+ * network path or to a compute that hangs mid-start: the TCP handshake succeeds, the startup
+ * gets no reply, and no error ever comes. Only the client's own connect timeout ends such a
+ * connection; the proxy records when it did.
+ */
+export async function startConnectStallingProxy(target: {
+  host: string;
+  port: number;
+}): Promise<ConnectStallingProxy> {
+  const sockets = new Set<Socket>();
+  const stalledConnects: StalledConnect[] = [];
+  let stalling = false;
+  const server = createServer((client) => {
+    sockets.add(client);
+    client.on('error', () => {});
+    if (stalling) {
+      const stalled: StalledConnect = { acceptedAtMs: performance.now(), closedAtMs: undefined };
+      stalledConnects.push(stalled);
+      client.on('close', () => {
+        stalled.closedAtMs = performance.now();
+        sockets.delete(client);
+      });
+      // Read and drop whatever the client sends: it waits for an answer that never comes.
+      client.resume();
+      return;
+    }
+    const upstream = connect(target.port, target.host);
+    sockets.add(upstream);
+    upstream.on('error', () => {});
+    for (const socket of [client, upstream]) {
+      socket.on('close', () => {
+        sockets.delete(socket);
+        client.destroy();
+        upstream.destroy();
+      });
+    }
+    client.pipe(upstream);
+    upstream.pipe(client);
+  });
+  const port = await listen(server);
+  return {
+    port,
+    address: `127.0.0.1:${port}`,
+    stalledConnects,
+    stallNewConnections(on: boolean) {
+      stalling = on;
+    },
+    close: () => closeAll(server, sockets),
+  };
+}

@@ -33,6 +33,16 @@ const wsProxy = required('STORM_WS_PROXY');
 const workers = Number(env.STORM_WORKERS ?? '30');
 const freshWorkers = Number(env.STORM_FRESH_WORKERS ?? '6');
 const durationMs = Number(env.STORM_DURATION_MS ?? '5000');
+/** A pause between one worker's operations (the chaos suite's long-lived storm process is frugal). */
+const pauseMs = Number(env.STORM_PAUSE_MS ?? '0');
+/**
+ * SIGTERM ends the work early and still prints the summary (the chaos suite stops its storm
+ * process that way); no handler for errors is installed, so a crash stays a crash.
+ */
+let stopping = false;
+process.once('SIGTERM', () => {
+  stopping = true;
+});
 const timeouts = {
   lockTimeoutMs: 5_000,
   statementTimeoutMs: 15_000,
@@ -140,7 +150,8 @@ async function main(): Promise<void> {
   await Promise.all(
     scopes.map(async (scope, index) => {
       const fresh = index < freshWorkers;
-      for (let turn = 0; performance.now() < until; turn += 1) {
+      for (let turn = 0; performance.now() < until && !stopping; turn += 1) {
+        if (pauseMs > 0) await new Promise((resolve) => setTimeout(resolve, Math.random() * pauseMs));
         summary.operations += 1;
         let db: Database | undefined;
         try {

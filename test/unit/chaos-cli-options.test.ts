@@ -31,3 +31,22 @@ describe('the command line of npm run chaos', () => {
     }
   });
 });
+
+describe('npm run chaos -- --kinds', () => {
+  it('takes known fault kinds, comma-separated', () => {
+    const parsed = parseChaosCommandLine([
+      '--kinds',
+      'provisioner.410_gone, input.forged_or_mismatched_release',
+    ]);
+    expect(parsed).toMatchObject({
+      kind: 'run',
+      options: { kinds: ['provisioner.410_gone', 'input.forged_or_mismatched_release'] },
+    });
+  });
+
+  it('refuses an unknown kind, naming it', () => {
+    const parsed = parseChaosCommandLine(['--kinds', 'provisioner.410_gone,provisioner.teapot']);
+    expect(parsed.kind).toBe('invalid');
+    if (parsed.kind === 'invalid') expect(parsed.message).toContain('"provisioner.teapot"');
+  });
+});

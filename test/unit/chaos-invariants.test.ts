@@ -206,6 +206,19 @@ describe('the convergence measurement', () => {
     ]);
   });
 
+  it("counts a stack-wide episode that began before the clear as one of every run's faults", () => {
+    const history = healthy();
+    const runs = [{ rootRunIds: ['run-1'], faultsStoppedAtMs: 1_000 }];
+    // A storm from 1,050 to 1,150 (the clear is at 1,200): the clock starts at 1,150.
+    expect(
+      convergenceOf(history.runLog, runs, [{ startMs: 1_050, endMs: 1_150 }]).samples[0]?.convergenceMs,
+    ).toBe(50);
+    // One that began after the clear does not move it.
+    expect(
+      convergenceOf(history.runLog, runs, [{ startMs: 1_300, endMs: 1_400 }]).samples[0]?.convergenceMs,
+    ).toBe(200);
+  });
+
   it('reports a fence that never came down', () => {
     const history = healthy();
     const { uncleared } = convergenceOf(history.runLog.slice(0, 2), [

@@ -29,7 +29,9 @@ const scope = {
 
 /**
  * A fault, as set with `setFault` or `POST /_control/faults`. Exactly one kind per fault:
- * - `latencyMs`: wait, then handle normally.
+ * - `latencyMs`: wait, then handle normally. With `completeIfAbandoned`, a request whose client
+ *   gave up during the wait is still carried out (nobody hears the answer), as a real provisioner
+ *   finishes a DELETE it accepted: the late DELETE an operator's forced clear must not race.
  * - `hang`: never answer, until the client disconnects, the provisioner stops, or the fault
  *   is cleared; a request released by clearing is then handled normally.
  * - `status` (+ `body`, `contentType`, `retryAfter`): answer that status without touching the
@@ -44,7 +46,11 @@ const scope = {
  * - `slowBodyMs`: handle for real, write the headers, then drip the body over n ms.
  */
 export const faultSchema = z.union([
-  z.strictObject({ latencyMs: z.number().int().nonnegative(), ...scope }),
+  z.strictObject({
+    latencyMs: z.number().int().nonnegative(),
+    completeIfAbandoned: z.boolean().optional(),
+    ...scope,
+  }),
   z.strictObject({ hang: z.literal(true), ...scope }),
   z.strictObject({
     status: z.number().int().min(100).max(599),
@@ -86,7 +92,7 @@ export type FaultProfile = z.infer<typeof faultProfileSchema>;
 
 /** What the request pipeline must do; one case per fault kind. */
 export type FaultAction =
-  | { readonly kind: 'latency'; readonly ms: number }
+  | { readonly kind: 'latency'; readonly ms: number; readonly completeIfAbandoned?: boolean }
   | { readonly kind: 'hang' }
   | {
       readonly kind: 'status';
@@ -267,7 +273,11 @@ function methodMatches(filter: Fault['method'], method: ApiMethod): boolean {
 }
 
 function toAction(fault: Fault): FaultAction {
-  if ('latencyMs' in fault) return { kind: 'latency', ms: fault.latencyMs };
+  if ('latencyMs' in fault) {
+    return fault.completeIfAbandoned
+      ? { kind: 'latency', ms: fault.latencyMs, completeIfAbandoned: true }
+      : { kind: 'latency', ms: fault.latencyMs };
+  }
   if ('hang' in fault) return { kind: 'hang' };
   if ('status' in fault) {
     return {
@@ -293,6 +303,8 @@ function labelOf(action: FaultAction): string {
       return `conflict:${action.currentGeneration}`;
     case 'reset':
       return action.afterHandling ? 'reset-after-handling' : 'reset';
+    case 'latency':
+      return action.completeIfAbandoned ? 'latency-complete-if-abandoned' : 'latency';
     default:
       return action.kind;
   }

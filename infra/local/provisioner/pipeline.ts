@@ -48,6 +48,11 @@ export interface PipelineDependencies {
   readonly listeners: ReadonlySet<RequestListener>;
   readonly urlOf: SandboxUrlOf;
   readonly mode: ProvisionerMode;
+  /**
+   * The mode one sandbox's DELETE is served in: the provisioner's own, unless a test put that
+   * sandbox in the other (the chaos suite serves one scope as the platform's provisioner would).
+   */
+  readonly modeOf?: (sandboxId: string) => ProvisionerMode;
 }
 
 /**
@@ -60,6 +65,7 @@ export interface PipelineDependencies {
  */
 export function createApiPipeline(deps: PipelineDependencies) {
   const { registry, faults, audit, listeners, urlOf, mode } = deps;
+  const modeOf = deps.modeOf ?? (() => mode);
 
   async function serve(api: ApiRequest, response: ServerResponse, query: URLSearchParams): Promise<void> {
     const { entry, request } = api;
@@ -89,7 +95,10 @@ export function createApiPipeline(deps: PipelineDependencies) {
       if (!(await applyFaultBeforeHandling(api, response, decision))) return;
 
       const answer = await answerRoute(route, createBody);
-      if (answer.deletedGeneration !== undefined) entry.deletedGeneration = answer.deletedGeneration;
+      if (answer.deletedGeneration !== undefined) {
+        entry.deletedGeneration = answer.deletedGeneration;
+        entry.deletedAt = performance.timeOrigin + performance.now();
+      }
       if (signal.aborted) return;
       await sendAnswer(api, response, answer, decision);
     } catch (error) {
@@ -108,6 +117,11 @@ export function createApiPipeline(deps: PipelineDependencies) {
       case undefined:
         return true;
       case 'latency':
+        if (decision.action.completeIfAbandoned) {
+          const { ms } = decision.action;
+          await new Promise((resolve) => setTimeout(resolve, ms));
+          return true;
+        }
         return pause(decision.action.ms, signal);
       case 'hang': {
         api.hanging = true;
@@ -148,7 +162,7 @@ export function createApiPipeline(deps: PipelineDependencies) {
       case 'list-live-sandboxes':
         return listSandboxes(registry, urlOf, mode);
       case 'delete-sandbox':
-        return deleteSandbox(registry, route.sandboxId, route.generation, mode);
+        return deleteSandbox(registry, route.sandboxId, route.generation, modeOf(route.sandboxId));
       default:
         return { status: 404, body: { error: 'not found' } };
     }

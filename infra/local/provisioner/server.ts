@@ -59,6 +59,12 @@ export interface LocalProvisioner {
   readonly port: number;
   readonly rootDir: string;
   readonly mode: ProvisionerMode;
+  /**
+   * Serves the DELETEs of one sandbox id in another mode than the provisioner's (undefined goes
+   * back to the provisioner's own): the chaos suite puts one scope behind the platform's
+   * generation-blind DELETE while the rest keeps the contract's.
+   */
+  setSandboxMode(sandboxId: string, mode: ProvisionerMode | undefined): void;
   /** Adds a fault for a sandbox id, or for every request with `'*'`. */
   setFault(target: string, fault: Fault): void;
   /** Removes every fault (or those of `target`) and the profile; hung requests they hold are then handled normally. */
@@ -114,7 +120,9 @@ export async function startProvisioner(options: ProvisionerOptions): Promise<Loc
   let baseUrl = '';
   const urlOf: SandboxUrlOf = (sandboxId) => `${baseUrl}/sandboxes/${encodeURIComponent(sandboxId)}`;
   const mode = options.mode ?? PROVISIONER_MODE.contract;
-  const pipeline = createApiPipeline({ registry, faults, audit, listeners, urlOf, mode });
+  const sandboxModes = new Map<string, ProvisionerMode>();
+  const modeOf = (sandboxId: string) => sandboxModes.get(sandboxId) ?? mode;
+  const pipeline = createApiPipeline({ registry, faults, audit, listeners, urlOf, mode, modeOf });
 
   const server = createServer((request, response) => {
     // An aborted upload emits 'error' on the request; unheard, it would crash the provisioner.
@@ -195,6 +203,10 @@ export async function startProvisioner(options: ProvisionerOptions): Promise<Loc
     port,
     rootDir,
     mode,
+    setSandboxMode(sandboxId, sandboxMode) {
+      if (sandboxMode === undefined) sandboxModes.delete(sandboxId);
+      else sandboxModes.set(sandboxId, sandboxMode);
+    },
     setFault: (target, fault) => faults.set(target, fault),
     clearFaults: (target) => faults.clear(target),
     setFaultProfile: (profile) => faults.setProfile(profile),

@@ -83,6 +83,11 @@ export interface AuditEntry {
   endedAt?: number;
   /** The generation this request really deleted (set even when the client did not hear it). */
   deletedGeneration?: number;
+  /**
+   * When it was deleted (same clock as `startedAt`): after `endedAt` when the client gave up
+   * first and the request was carried out anyway (`latency` with `completeIfAbandoned`).
+   */
+  deletedAt?: number;
 }
 
 /** What an `onRequest` listener learns about an API request before it is handled. */

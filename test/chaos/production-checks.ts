@@ -1,0 +1,131 @@
+/**
+ * The invariants that judge the production faults of issue 11 (production-faults.ts), as pure
+ * functions over what was recorded, so a unit test can feed them known-bad histories.
+ *
+ * G  Every forged release was refused with its own reason: dead-lettered with the error code of
+ *    its mismatch (or, for the checks that come after the fence's, skipped as stale once the fence
+ *    was gone), never processed as a cleanup; and no decoy sandbox it named was deleted.
+ * R  The provisioner's retryable and "gone" replies are honoured: a release is never dead-lettered
+ *    as rejected (PROVISIONER_REJECTED) unless the provisioner really answered its sandbox with a
+ *    non-retryable 4xx (not 404, 408, 409, 410 or 429); after a 429 with Retry-After, the next
+ *    DELETE of that sandbox waits at least what was asked, within the retry cap.
+ */
+import type { Message } from '@aws-sdk/client-sqs';
+import { type DeleteRequest, Invariant, type Violation } from './invariants.ts';
+import type { ForgedExpectation } from './production-faults.ts';
+
+/** A dead letter reduced to what the checks read. */
+export interface DeadLetterFacts {
+  sourceMessageId: string | undefined;
+  errorCode: string | undefined;
+  body: string;
+}
+
+export function deadLetterFacts(message: Message): DeadLetterFacts {
+  const attributes = message.MessageAttributes ?? {};
+  return {
+    sourceMessageId: attributes.sourceMessageId?.StringValue,
+    errorCode: attributes.errorCode?.StringValue,
+    body: message.Body ?? '',
+  };
+}
+
+export function checkForgedReleases(input: {
+  forged: ReadonlyMap<string, ForgedExpectation>;
+  /** Dead letters of the release queue. */
+  releaseDeadLetters: readonly DeadLetterFacts[];
+  acked: ReadonlySet<string>;
+  decoys: ReadonlySet<string>;
+  liveSandboxIds: ReadonlySet<string>;
+}): { violations: Violation[]; checked: number } {
+  const violations: Violation[] = [];
+  let checked = 0;
+  const letters = new Map<string, DeadLetterFacts>();
+  for (const letter of input.releaseDeadLetters) {
+    if (letter.sourceMessageId) letters.set(letter.sourceMessageId, letter);
+  }
+  for (const [messageId, expected] of input.forged) {
+    checked += 1;
+    const letter = letters.get(messageId);
+    if (letter && expected.codes.includes(letter.errorCode ?? '')) continue;
+    if (!letter && expected.staleMayBeSkipped && input.acked.has(messageId)) continue;
+    violations.push({
+      invariant: Invariant.FORGED_RELEASES_REFUSED,
+      key: `G:${messageId}`,
+      message: letter
+        ? `a forged release (${expected.variant}) was dead-lettered as ${letter.errorCode}, not ${expected.codes.join(' or ')}`
+        : `a forged release (${expected.variant}) was ${input.acked.has(messageId) ? 'processed as a cleanup' : 'never dealt with'} instead of refused as ${expected.codes.join(' or ')}`,
+      details: { messageId, ...expected, deadLetter: letter ?? null },
+    });
+  }
+  for (const decoy of input.decoys) {
+    checked += 1;
+    if (input.liveSandboxIds.has(decoy)) continue;
+    violations.push({
+      invariant: Invariant.FORGED_RELEASES_REFUSED,
+      key: `G:decoy:${decoy}`,
+      message: `sandbox ${decoy}, owned by no scope and named only by a forged release, was deleted`,
+      details: { sandboxId: decoy },
+    });
+  }
+  return { violations, checked };
+}
+
+/** 4xx answers that are not a rejection of the request: gone, a conflict, or "try again". */
+const NOT_REJECTIONS = new Set([404, 408, 409, 410, 429]);
+
+export function checkProvisionerReplies(input: {
+  releaseDeadLetters: readonly DeadLetterFacts[];
+  deletes: readonly DeleteRequest[];
+  retryAfterAsked: ReadonlyMap<string, number>;
+  retryCapMs: number;
+  /** Time a retry may come early by the two clocks and timers involved. */
+  toleranceMs?: number;
+}): { violations: Violation[]; checked: number } {
+  const violations: Violation[] = [];
+  let checked = 0;
+  const tolerance = input.toleranceMs ?? 100;
+  const bySandbox = new Map<string, DeleteRequest[]>();
+  for (const request of input.deletes) {
+    if (request.sandboxId === undefined) continue;
+    bySandbox.set(request.sandboxId, [...(bySandbox.get(request.sandboxId) ?? []), request]);
+  }
+  for (const letter of input.releaseDeadLetters) {
+    if (letter.errorCode !== 'PROVISIONER_REJECTED') continue;
+    checked += 1;
+    let sandboxId: string | undefined;
+    try {
+      sandboxId = (JSON.parse(letter.body) as { sandboxId?: unknown }).sandboxId as string | undefined;
+    } catch {}
+    const answers = (sandboxId === undefined ? [] : (bySandbox.get(sandboxId) ?? []))
+      .map((request) => request.status)
+      .filter((status): status is number => status !== undefined);
+    if (answers.some((status) => status >= 400 && status < 500 && !NOT_REJECTIONS.has(status))) continue;
+    violations.push({
+      invariant: Invariant.PROVISIONER_REPLIES_HONOURED,
+      key: `R:rejected:${letter.sourceMessageId}`,
+      message: `the release of ${sandboxId} was dead-lettered as PROVISIONER_REJECTED, but the provisioner only answered it ${[...new Set(answers)].join(', ') || 'nothing'}: a retryable or "gone" reply taken for a rejection`,
+      details: { sandboxId, answers, sourceMessageId: letter.sourceMessageId },
+    });
+  }
+  for (const [sandboxId, seconds] of input.retryAfterAsked) {
+    const requests = [...(bySandbox.get(sandboxId) ?? [])].sort((a, b) => a.startedAt - b.startedAt);
+    for (const [index, request] of requests.entries()) {
+      if (request.status !== 429 || !request.fault?.includes('retry-after') || request.endedAt === undefined)
+        continue;
+      const next = requests[index + 1];
+      if (!next) continue;
+      checked += 1;
+      const waitMs = Math.min(seconds * 1000, input.retryCapMs);
+      const waitedMs = next.startedAt - request.endedAt;
+      if (waitedMs >= waitMs - tolerance) continue;
+      violations.push({
+        invariant: Invariant.PROVISIONER_REPLIES_HONOURED,
+        key: `R:retry-after:${request.seq}`,
+        message: `DELETE ${sandboxId} was retried ${Math.round(waitedMs)} ms after a 429 that asked for ${seconds} s (cap ${input.retryCapMs} ms)`,
+        details: { sandboxId, seconds, waitedMs: Math.round(waitedMs), first: request.seq, next: next.seq },
+      });
+    }
+  }
+  return { violations, checked };
+}

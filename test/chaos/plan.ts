@@ -60,8 +60,9 @@ export const FaultKind = {
   UPSERT_KEEPS_RELEASED_AT: 'platform.new_generation_upsert_keeps_released_at',
   /**
    * The same upsert applied with ordinary triggers off (`session_replication_role = replica`: a
-   * logical-replication apply, a restore with triggers disabled). Not forced by the coverage cycle
-   * and not drawn: migration 005's trigger cannot see it (see UNDEFENDED_FAULT_KINDS).
+   * logical-replication apply, a restore with triggers disabled). Migration 005's trigger cannot
+   * see it; migration 008's released_sandbox_id / released_generation, compared with the row's
+   * current pair, defend it without any trigger firing.
    */
   UPSERT_BYPASSING_TRIGGERS: 'platform.new_generation_upsert_bypassing_triggers_keeps_released_at',
   // Operator
@@ -245,6 +246,7 @@ export const PRODUCTION_FAULT_KINDS: readonly FaultKind[] = [
   FaultKind.FORCE_CLEAR_DURING_RELEASE,
   FaultKind.FORGED_RELEASE,
   FaultKind.UPSERT_KEEPS_RELEASED_AT,
+  FaultKind.UPSERT_BYPASSING_TRIGGERS,
   FaultKind.DB_TERMINATION_STORM,
   FaultKind.DB_CONNECT_NEVER_ANSWERS,
 ];
@@ -254,7 +256,7 @@ export const PRODUCTION_FAULT_KINDS: readonly FaultKind[] = [
  * the coverage cycle and the random mix so that "0 violations" stays a statement about the
  * defended catalogue, and listed in test/chaos/README.md with what they find.
  */
-export const UNDEFENDED_FAULT_KINDS: readonly FaultKind[] = [FaultKind.UPSERT_BYPASSING_TRIGGERS];
+export const UNDEFENDED_FAULT_KINDS: readonly FaultKind[] = [];
 
 /**
  * The kinds a small run cycles through first, one per run, so that even a few dozen runs cover
@@ -478,7 +480,7 @@ export function drawPlan(
     forceClearDuringRelease: has(FaultKind.FORCE_CLEAR_DURING_RELEASE, mix.forceClearDuringRelease),
     forgedReleases: has(FaultKind.FORGED_RELEASE, mix.forgedRelease),
     upsertKeepsReleasedAt: has(FaultKind.UPSERT_KEEPS_RELEASED_AT, mix.upsertKeepsReleasedAt),
-    upsertBypassingTriggers: forced === FaultKind.UPSERT_BYPASSING_TRIGGERS,
+    upsertBypassingTriggers: has(FaultKind.UPSERT_BYPASSING_TRIGGERS, mix.upsertKeepsReleasedAt / 2),
     terminationStorm: has(FaultKind.DB_TERMINATION_STORM, mix.terminationStorm)
       ? { atMs: at(), ms: rng.int(1_500, 3_000) }
       : null,

@@ -17,6 +17,7 @@ import {
   type SQSClient,
 } from '@aws-sdk/client-sqs';
 import type { Context, SQSBatchResponse, SQSEvent, SQSMessageAttributes, SQSRecord } from 'aws-lambda';
+import { AWS_REQUEST_TIMEOUT_MS } from '../../functions/adapters/aws-clients.ts';
 
 export interface EventSourceOptions {
   client: SQSClient;
@@ -162,7 +163,11 @@ export function createEventSource(options: EventSourceOptions): EventSource {
           MessageSystemAttributeNames: ['All'],
           MessageAttributeNames: ['All'],
         }),
-        { abortSignal: abort.signal },
+        // The stack's client bounds every call at AWS_REQUEST_TIMEOUT_MS (5 s), shorter than the
+        // long poll: cut short, a receive that the emulator answers after the client gave up
+        // leaves its messages invisible, unprocessed, for the whole visibility timeout. So this
+        // call alone waits for the poll plus the usual bound.
+        { abortSignal: abort.signal, requestTimeout: waitTimeSeconds * 1_000 + AWS_REQUEST_TIMEOUT_MS },
       );
       return output.Messages ?? [];
     } finally {

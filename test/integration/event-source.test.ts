@@ -1,6 +1,7 @@
 import { CreateQueueCommand, SendMessageBatchCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AWS_REQUEST_TIMEOUT_MS } from '../../functions/adapters/aws-clients.ts';
 import { createSqsClient } from '../../functions/adapters/queues.ts';
 import { createEventSource, type EventSource } from '../../infra/local/event-source.ts';
 import { useSqsFixture } from '../support/fixtures.ts';
@@ -101,6 +102,42 @@ describe('the local event source mapping', () => {
     }
     // One receive per batch, plus at most the one long poll each poller had open when stopped.
     expect(receives.length).toBeLessThanOrEqual(invocations.length + 1);
+  });
+
+  it('keeps a long poll open past the client per-call bound, so a late message is neither lost nor delayed', async () => {
+    // The stack's SQS client bounds every call at AWS_REQUEST_TIMEOUT_MS, shorter than the 20 s
+    // poll. A receive cut short at that bound fails, and a message the emulator hands to the
+    // abandoned poll stays invisible for the whole visibility timeout (seen as 25-30 s stalls).
+    const { url, arn } = await freshQueue(sqsFixture.sqs);
+    const before = recorded.calls.length;
+    const errors: Error[] = [];
+    const handledAt: number[] = [];
+    source = createEventSource({
+      client: recorded.client,
+      queueUrl: url,
+      queueArn: arn,
+      functionName: 'late-message',
+      handler: async (): Promise<SQSBatchResponse> => {
+        handledAt.push(Date.now());
+        return { batchItemFailures: [] };
+      },
+      batchSize: 10,
+      timeoutSeconds: 30,
+      concurrency: 1,
+      onError: (error) => errors.push(error),
+    });
+    source.start();
+    await new Promise((resolve) => setTimeout(resolve, AWS_REQUEST_TIMEOUT_MS + 1_500));
+    const sentAt = Date.now();
+    await sendMany(sqsFixture.sqs, url, 1);
+    await eventually('the late message handled', async () => handledAt.length === 1);
+    await source.stop();
+    source = undefined;
+
+    expect(errors.map((error) => error.message)).toEqual([]);
+    // The poll that was open when the message arrived took it; the other is the one open at stop.
+    expect(count(recorded.calls.slice(before), 'ReceiveMessageCommand')).toBeLessThanOrEqual(2);
+    expect(handledAt[0]! - sentAt).toBeLessThan(AWS_REQUEST_TIMEOUT_MS);
   });
 
   it('deletes only what the partial batch response did not list as failed', async () => {

@@ -194,6 +194,11 @@ export interface ReclaimSettings {
   runtimeCleanupTimeoutMs: number;
   provisionerDeleteTimeoutSeconds: number;
   lockTimeoutMs: number;
+  /**
+   * No DELETE starts after this (epoch ms): a scheduled run ends inside its Lambda's time, and
+   * what it did not reach stays leaked for the next run.
+   */
+  startDeletesBeforeMs?: number;
 }
 
 export interface ReclaimDeps {
@@ -301,9 +306,14 @@ export async function reclaimLeaked(
   let reclaimed = 0;
   let skipped = 0;
   let failed = 0;
+  let outOfTime = 0;
   const queue = [...plan.due];
   const worker = async () => {
     for (let sandbox = queue.shift(); sandbox; sandbox = queue.shift()) {
+      if (settings.startDeletesBeforeMs !== undefined && Date.now() >= settings.startDeletesBeforeMs) {
+        outOfTime += 1;
+        continue;
+      }
       const event = await reclaimOne(deps, sandbox, settings);
       deps.onEvent?.(event);
       if (event.kind === 'reclaimed') reclaimed += 1;
@@ -316,7 +326,14 @@ export async function reclaimLeaked(
   const oldest = await db.query<{ age: number }>(
     'SELECT coalesce(extract(epoch FROM now() - min(first_seen_at)), 0)::float8 AS age FROM runtime_reclaim_sightings',
   );
-  return { ...plan, reclaimed, skipped, failed, oldestLeakAgeSeconds: Math.round(oldest.rows[0]?.age ?? 0) };
+  return {
+    ...plan,
+    deferred: plan.deferred + outOfTime,
+    reclaimed,
+    skipped,
+    failed,
+    oldestLeakAgeSeconds: Math.round(oldest.rows[0]?.age ?? 0),
+  };
 }
 
 /** The guard, then the DELETE (no transaction open), then the end of this attempt's records. */

@@ -85,7 +85,6 @@ const CLASSIFY = `
            FROM sandbox_runtimes s
            WHERE s.sandbox_id = l.sandbox_id OR s.delete_in_flight_sandbox_id = l.sandbox_id
          ), '[]'::json) AS owners,
-         g.reclaim_in_flight_until > clock_timestamp() AS reclaim_in_flight,
          coalesce(g.first_seen_at <= now() - make_interval(secs => $3::float8), false) AS streak_old
   FROM listed l LEFT JOIN runtime_reclaim_sightings g ON g.sandbox_id = l.sandbox_id
   ORDER BY l.ord`;
@@ -103,7 +102,6 @@ export async function classifyListing(
     sandbox_id: string;
     first_seen_at: Date | null;
     owners: SandboxOwner[];
-    reclaim_in_flight: boolean | null;
     streak_old: boolean;
   }>(CLASSIFY, [
     listing.map((sandbox) => sandbox.sandboxId),
@@ -126,15 +124,13 @@ export async function classifyListing(
       reason: leaked ? leakReason(listed, owners) : null,
       waiting: !leaked
         ? `owned: ${owningHold!.hold} (${owningHold!.uid}/${owningHold!.runtimeScopeId})`
-        : row.reclaim_in_flight
-          ? 'a reclaim DELETE is in flight'
-          : recent
-            ? `scope ${recent.uid}/${recent.runtimeScopeId} active less than the grace ago`
-            : !streakOld
-              ? firstSeenAt
-                ? `seen leaked since ${firstSeenAt.toISOString()}, less than the grace`
-                : 'first seen leaked on this listing'
-              : null,
+        : recent
+          ? `scope ${recent.uid}/${recent.runtimeScopeId} active less than the grace ago`
+          : !streakOld
+            ? firstSeenAt
+              ? `seen leaked since ${firstSeenAt.toISOString()}, less than the grace`
+              : 'first seen leaked on this listing'
+            : null,
       firstSeenAt,
       deleteGeneration: known ?? 0,
       generationGuessed: known === null,
@@ -388,7 +384,11 @@ export async function reclaimOne(
     outcome = result.outcome;
   } catch (error) {
     // Answered (a 4xx, a refused connection, a lock timeout): nothing of it can act any more.
-    // Otherwise the records stay until their deadline: the provisioner may still carry it out.
+    // Otherwise the records stay until their deadline: the provisioner may still carry it out, so
+    // admissions to an owning scope and platform records of the id stay refused. The next run
+    // may send the DELETE again meanwhile (for an unrecorded sandbox; an owned one waits for the
+    // record through its scope's delete_in_flight hold): two DELETEs of one leaked sandbox remove
+    // the same thing, and the guard renews the record for the second.
     if (deleteSettledBy(error)) await endReclaim(db, target, token, false).catch(() => {});
     return { kind: 'failed', sandbox, error };
   }

@@ -25,6 +25,7 @@ import { MessageLog, queueDepth } from './message-log.ts';
 import { DEFAULT_MIX, FaultKind, type FaultMix } from './plan.ts';
 import { FenceWatcher, ScopePool } from './platform-ops.ts';
 import { mixSeed, Rng } from './random.ts';
+import { installReclaimChaos, RECLAIM_CHAOS_ENV, type ReclaimChaosReport } from './reclaim-chaos.ts';
 import { Recorders } from './recorders.ts';
 import { assembleResult, type ChaosResult } from './result.ts';
 import type { RunContext } from './run-driver.ts';
@@ -58,6 +59,11 @@ export interface ChaosOptions {
   onProgress?: (progress: { done: number; total: number; violations: number; elapsedMs: number }) => void;
   /** Extra StackOptions for tests (e.g. a log sink). */
   env?: Record<string, string>;
+  /**
+   * Reclaimer hook (issue 13, reclaim-chaos.ts): run the reclaimer every second with a 2 s grace,
+   * inject leaked sandboxes, check invariant R; the report is handed to `onReclaimReport`.
+   */
+  reclaim?: { onReport: (report: ReclaimChaosReport) => void };
 }
 
 const COUNT_FENCES = 'SELECT count(*)::int AS n FROM agent_runs WHERE runtime_cleanup_pending';
@@ -77,7 +83,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
   const messages = new MessageLog();
   const stackErrors = new Map<string, number>();
   const harnessErrors: string[] = [];
-  const env = { ...CHAOS_ENV, ...options.env };
+  const env = { ...CHAOS_ENV, ...(options.reclaim ? RECLAIM_CHAOS_ENV : {}), ...options.env };
 
   const pools: Database[] = [];
   const open = async (name: string, max: number, lockTimeoutMs: number) => {
@@ -149,8 +155,20 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       onHarnessError,
     });
 
+    // Reclaimer hook (issue 13): leak injection and invariant R, on every DELETE.
+    const reclaim = options.reclaim
+      ? installReclaimChaos({
+          provisioner,
+          probeDb: await open('chaos-reclaim-probe', 3, 1_000),
+          scopes,
+          rng: new Rng(mixSeed(options.seed, 0x13)),
+          onHarnessError,
+        })
+      : undefined;
+
     // --- recorders and the periodic invariant checks ---------------------------------------------
     recorders = new Recorders({
+      ...(reclaim ? { isReclaimDelete: reclaim.isReclaimDelete } : {}),
       provisioner,
       sqs,
       cleanedQueueUrl: queueUrl('runtime-cleaned'),
@@ -158,7 +176,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       ledger,
       messages,
       scopes,
-      otherViolations: () => probe.violations,
+      otherViolations: () => [...probe.violations, ...(reclaim?.violations ?? [])],
       onError: onHarnessError,
     });
     recorders.start();
@@ -230,6 +248,9 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       queueDepths: () => Promise.all(CONSUMED_QUEUES.map((queue) => queueDepth(sqs, queueUrl(queue)))),
       deadlineMs: drainStarted + (options.finalDrainTimeoutMs ?? 90_000),
     });
+    // Reclaimer hook (issue 13): every injected leak reclaimed (grace + a few intervals).
+    const reclaimReport = reclaim ? await reclaim.settle(preciseNow() + 15_000) : undefined;
+    if (reclaimReport) options.reclaim!.onReport(reclaimReport);
     const finalDrainMs = preciseNow() - drainStarted;
     await recorders.stop();
 
@@ -240,7 +261,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     await recorders.drainCleaned();
     const verdict = await judgeFinalHistory({
       history: recorders.history(Number.POSITIVE_INFINITY),
-      earlier: [...found.values(), ...probe.violations],
+      earlier: [...found.values(), ...probe.violations, ...(reclaim?.violations ?? [])],
       runRecords,
       drained,
       admin,
@@ -252,6 +273,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       provisioner,
     });
     return assembleResult({
+      reclaimDeletesChecked: reclaimReport?.reclaimDeletes ?? 0,
       identity: {
         seed: options.seed,
         runs: options.runs,

@@ -27,6 +27,8 @@ export const Invariant = {
   NOTHING_LOST: '5-nothing-lost',
   NO_SANDBOX_LEAKED: '1b-no-sandbox-left-behind-by-a-cleared-fence',
   IDS_PERCENT_ENCODED: 'S1-sandbox-ids-reach-the-provisioner-as-one-percent-encoded-segment',
+  // Reclaimer hook (issue 13): checked by test/chaos/reclaim-chaos.ts.
+  RECLAIM_NEVER_OWNED: 'R-nothing-the-reclaimer-deletes-is-owned-by-an-active-or-fenced-scope',
 } as const;
 export type Invariant = (typeof Invariant)[keyof typeof Invariant];
 

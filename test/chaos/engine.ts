@@ -60,7 +60,7 @@ export interface ChaosOptions {
   /** Extra StackOptions for tests (e.g. a log sink). */
   env?: Record<string, string>;
   /**
-   * Reclaimer hook (issue 13, reclaim-chaos.ts): run the reclaimer every second with a 2 s grace,
+   * Reclaimer hook (issue 13, reclaim-chaos.ts): run the reclaimer every 2 s with a 2 s grace,
    * inject leaked sandboxes, check invariant R; the report is handed to `onReclaimReport`.
    */
   reclaim?: { onReport: (report: ReclaimChaosReport) => void };
@@ -159,7 +159,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     const reclaim = options.reclaim
       ? installReclaimChaos({
           provisioner,
-          probeDb: await open('chaos-reclaim-probe', 3, 1_000),
+          probeDb: await open('chaos-reclaim-probe', 2, 1_000),
           scopes,
           rng: new Rng(mixSeed(options.seed, 0x13)),
           onHarnessError,
@@ -249,7 +249,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       deadlineMs: drainStarted + (options.finalDrainTimeoutMs ?? 90_000),
     });
     // Reclaimer hook (issue 13): every injected leak reclaimed (grace + a few intervals).
-    const reclaimReport = reclaim ? await reclaim.settle(preciseNow() + 15_000) : undefined;
+    const reclaimReport = reclaim ? await reclaim.settle(preciseNow() + 20_000) : undefined;
     if (reclaimReport) options.reclaim!.onReport(reclaimReport);
     const finalDrainMs = preciseNow() - drainStarted;
     await recorders.stop();

@@ -26,7 +26,9 @@ import type { Rng } from './random.ts';
 
 /** The reclaimer's settings under chaos: a sandbox is reclaimed seconds after it leaks. */
 export const RECLAIM_CHAOS_ENV = {
-  RECLAIM_INTERVAL_SECONDS: '1',
+  // Every 2 s: often enough to reclaim within the final drain, rarely enough not to crowd the
+  // database the suite's own probes use on a loaded two-core machine.
+  RECLAIM_INTERVAL_SECONDS: '2',
   RECLAIM_GRACE_SECONDS: '2',
   // A chaos run keeps few sandboxes live at once; the injected leaks may be most of a listing.
   RECLAIM_MAX_SHARE_PERCENT: '100',
@@ -120,7 +122,7 @@ export function installReclaimChaos(input: {
 
   // Leak injection: a sandbox created and never recorded, at random moments.
   let stopped = false;
-  const meanMs = input.meanLeakIntervalMs ?? 1_500;
+  const meanMs = input.meanLeakIntervalMs ?? 3_000;
   const inject = async () => {
     const sandboxId = `sbx-leaked-${randomUUID().slice(0, 12)}`;
     const response = await fetch(new URL('/api/sandboxes', provisioner.url), {

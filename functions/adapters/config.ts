@@ -28,6 +28,20 @@ export interface CleanupConfig {
   retryMaxSeconds: number;
   fenceSweepAfterSeconds: number;
   fenceSweepIntervalSeconds: number;
+  /** How often the reclaimer lists the provisioner's sandboxes (deployed: a schedule). */
+  reclaimIntervalSeconds: number;
+  /**
+   * How long a sandbox must have been seen leaked (its scope idle that long too) before it is
+   * reclaimed: a sandbox created a moment ago, before the platform recorded it, is never deleted.
+   */
+  reclaimGraceSeconds: number;
+  /** The most sandboxes one reclaim run deletes. */
+  reclaimMaxPerRun: number;
+  /**
+   * Above this share (percent) of the listing found leaked at once, a reclaim run trusts neither
+   * side (an empty database pointed at a full provisioner): it deletes nothing and says why.
+   */
+  reclaimMaxSharePercent: number;
   sqsEndpoint: string | undefined;
   /** Deployed queue names carry a stage prefix; the local stack uses the base names. */
   queueNamePrefix: string;
@@ -52,6 +66,10 @@ export const CONFIG_DEFAULTS = {
   CLEANUP_RETRY_MAX_SECONDS: 900,
   FENCE_SWEEP_AFTER_SECONDS: 600,
   FENCE_SWEEP_INTERVAL_SECONDS: 60,
+  RECLAIM_INTERVAL_SECONDS: 300,
+  RECLAIM_GRACE_SECONDS: 3600,
+  RECLAIM_MAX_PER_RUN: 50,
+  RECLAIM_MAX_SHARE_PERCENT: 50,
   DATABASE_LOCK_TIMEOUT_MS: 5_000,
   DATABASE_STATEMENT_TIMEOUT_MS: 15_000,
   // Connect + query timeout (25 s) leaves DATABASE_FAILURE_REPORT_MARGIN_MS of the shortest
@@ -110,6 +128,11 @@ const UPPER_BOUNDS: Record<keyof typeof CONFIG_DEFAULTS, { max: number; why: str
   DATABASE_QUERY_TIMEOUT_MS: millisecondsTimer(),
   // PostgreSQL's own ceiling for max_connections.
   DATABASE_MAX_CONNECTIONS: { max: 262_143, why: "PostgreSQL's largest max_connections" },
+  RECLAIM_INTERVAL_SECONDS: secondsTimer(),
+  RECLAIM_GRACE_SECONDS: secondsTimer(),
+  // One run's DELETEs are sent within one invocation (at most 15 minutes).
+  RECLAIM_MAX_PER_RUN: { max: 10_000, why: 'more DELETEs than one reclaimer run can send' },
+  RECLAIM_MAX_SHARE_PERCENT: { max: 100, why: 'a percentage from 1 to 100' },
 };
 
 function secondsTimer() {
@@ -201,6 +224,14 @@ export function loadConfig(env: Env = process.env): CleanupConfig {
       `must be greater than DATABASE_STATEMENT_TIMEOUT_MS (${databaseStatementTimeoutMs})`,
     );
   }
+  const reclaimMaxSharePercent = positiveInteger(env, 'RECLAIM_MAX_SHARE_PERCENT');
+  if (reclaimMaxSharePercent > 100) {
+    throw new ConfigError(
+      'RECLAIM_MAX_SHARE_PERCENT',
+      String(env.RECLAIM_MAX_SHARE_PERCENT),
+      'must be a percentage from 1 to 100',
+    );
+  }
   const databaseUrl = optionalPostgresUrl(env, 'DATABASE_URL');
   const databaseUrlParameter = optionalParameterName(env, 'DATABASE_URL_PARAMETER');
   if (databaseUrl && databaseUrlParameter) {
@@ -222,6 +253,10 @@ export function loadConfig(env: Env = process.env): CleanupConfig {
     retryMaxSeconds,
     fenceSweepAfterSeconds: positiveInteger(env, 'FENCE_SWEEP_AFTER_SECONDS'),
     fenceSweepIntervalSeconds: positiveInteger(env, 'FENCE_SWEEP_INTERVAL_SECONDS'),
+    reclaimIntervalSeconds: positiveInteger(env, 'RECLAIM_INTERVAL_SECONDS'),
+    reclaimGraceSeconds: positiveInteger(env, 'RECLAIM_GRACE_SECONDS'),
+    reclaimMaxPerRun: positiveInteger(env, 'RECLAIM_MAX_PER_RUN'),
+    reclaimMaxSharePercent,
     sqsEndpoint: optionalUrl(env, 'AWS_ENDPOINT_URL_SQS'),
     queueNamePrefix: env.QUEUE_NAME_PREFIX?.trim() ?? '',
     databaseLockTimeoutMs: positiveInteger(env, 'DATABASE_LOCK_TIMEOUT_MS'),

@@ -36,4 +36,5 @@ export const FUNCTION_LOG_NAMES: Record<FunctionKey, string> = {
   release: 'release',
   finalize: 'finalize',
   sweeper: 'sweeper',
+  reclaimer: 'reclaimer',
 };

@@ -26,6 +26,20 @@ export const MetricName = {
   OLDEST_FENCE_AGE: 'OldestFenceAge',
   FENCES_REANNOUNCED: 'FencesReannounced',
   FORCED_CLEARS: 'ForcedClears',
+  /** The reclaimer: live sandboxes in the provisioner's listing, per run. */
+  SANDBOXES_LISTED: 'SandboxesListed',
+  /** Listed sandboxes no scope owns now (reclaimed once their streak passes the grace). */
+  SANDBOXES_LEAKED: 'SandboxesLeaked',
+  /** Dimension `reason` (why it counted as leaked): unrecorded | cleanup_never_ran | kept_after_release | generation_unrecorded. */
+  SANDBOXES_RECLAIMED: 'SandboxesReclaimed',
+  /**
+   * Dimension `reason`: a whole run refused before any DELETE (list_* or share_exceeded), also
+   * emitted without the dimension for the alarm; or one sandbox the guard or the provisioner kept
+   * from being reclaimed (scope_active, scope_fenced, delete_in_flight, …, delete_failed).
+   */
+  RECLAIM_REFUSED: 'ReclaimRefused',
+  /** Age of the oldest open leak streak: grows past the grace only when leaks persist. */
+  OLDEST_LEAK_AGE: 'OldestLeakAge',
   /** Records per invocation of a queue consumer. */
   RECORDS_RECEIVED: 'RecordsReceived',
 } as const;

@@ -13,6 +13,13 @@ import {
   ProvisionerUnconfirmedError,
 } from '../cleanup/errors.ts';
 import {
+  type ListedSandbox,
+  MAX_LIST_BODY_BYTES,
+  parseSandboxListing,
+  ReclaimRefusal,
+  ReclaimRefusedError,
+} from '../cleanup/reclaim-listing.ts';
+import {
   DELETE_MAY_STILL_ACT,
   type DeleteSandboxRequest,
   type SandboxDeleteClient,
@@ -110,6 +117,56 @@ export class ProvisionerClient implements SandboxDeleteClient {
    */
   async close(): Promise<void> {
     await this.#dispatcher.destroy();
+  }
+
+  /**
+   * `GET /api/sandboxes` (contract v1.1 section 3), for the reclaimer only. Bounded in time
+   * (`timeoutMs`, headers and body) and in size (MAX_LIST_BODY_BYTES); any reply that is not a
+   * complete, well-formed listing throws ReclaimRefusedError with its reason, so the run deletes
+   * nothing (reclaim-listing.ts).
+   */
+  async listSandboxes(options: { timeoutMs: number; signal?: AbortSignal }): Promise<ListedSandbox[]> {
+    const timeout = AbortSignal.timeout(options.timeoutMs);
+    const signal = options.signal ? AbortSignal.any([options.signal, timeout]) : timeout;
+    let response: Dispatcher.ResponseData;
+    try {
+      response = await this.#dispatcher.request({
+        origin: this.#origin,
+        path: `${this.#basePath}/api/sandboxes`,
+        method: 'GET',
+        headers: { accept: 'application/json' },
+        signal,
+        headersTimeout: options.timeoutMs,
+        bodyTimeout: options.timeoutMs,
+      });
+    } catch (error) {
+      throw listUnavailable(error);
+    }
+    const { statusCode } = response;
+    if (statusCode !== 200) {
+      await response.body.dump({ limit: MAX_RESPONSE_BODY_BYTES }).catch(() => {});
+      const retryable = statusCode === 408 || statusCode === 429 || (statusCode >= 500 && statusCode <= 599);
+      throw new ReclaimRefusedError(
+        retryable ? ReclaimRefusal.LIST_UNAVAILABLE : ReclaimRefusal.LIST_REJECTED,
+        `the provisioner answered the listing with ${statusCode}`,
+        { status: statusCode },
+      );
+    }
+    let text: string | undefined;
+    try {
+      text = await readLimited(response.body, MAX_LIST_BODY_BYTES);
+    } catch (error) {
+      response.body.destroy();
+      throw listUnavailable(error);
+    }
+    if (text === undefined) {
+      throw new ReclaimRefusedError(
+        ReclaimRefusal.LIST_TOO_LARGE,
+        `the provisioner listing is larger than ${MAX_LIST_BODY_BYTES} bytes`,
+        { limitBytes: MAX_LIST_BODY_BYTES },
+      );
+    }
+    return parseSandboxListing(text);
   }
 
   async #deleteOnce(
@@ -279,6 +336,17 @@ function isNotHttp(error: unknown): boolean {
   if (name === 'HTTPParserError' || code === 'ERR_ASSERTION') return true;
   // undici's words for a 100 Continue or a 101 Switching Protocols that nobody asked for.
   return code === 'UND_ERR_SOCKET' && (message === 'bad response' || message === 'bad upgrade');
+}
+
+function listUnavailable(error: unknown): ReclaimRefusedError {
+  const code = (error as { code?: string })?.code ?? (error as { name?: string })?.name ?? 'UNKNOWN';
+  const message = error instanceof Error ? error.message : String(error);
+  return new ReclaimRefusedError(
+    ReclaimRefusal.LIST_UNAVAILABLE,
+    `the provisioner listing failed: ${code} ${message}`,
+    { errorCode: code },
+    { cause: error },
+  );
 }
 
 async function readLimited(

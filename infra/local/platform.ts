@@ -99,11 +99,23 @@ export class PlatformSimulator {
     };
   }
 
-  /** Admits a root run if the scope is not fenced; returns undefined when blocked. */
+  /**
+   * Admits a root run if the scope is not fenced; returns undefined when blocked.
+   *
+   * `crashBeforeRecording` (the demo's and the chaos suite's leak injection, issue 13): the
+   * platform creates a sandbox under a fresh id, crashes before recording it, and on restart
+   * acquires the scope's sandbox as usual. The first sandbox is live at the provisioner and named
+   * by no row: a leak only the reclaimer can find. Its id is returned as `leakedSandboxId`.
+   */
   async admitRootRun(
     scope: ScopeRef,
-    options: { runType?: 'chat' | 'resume'; workerId?: string; upsert?: SandboxUpsert } = {},
-  ): Promise<AdmittedRun | undefined> {
+    options: {
+      runType?: 'chat' | 'resume';
+      workerId?: string;
+      upsert?: SandboxUpsert;
+      crashBeforeRecording?: boolean;
+    } = {},
+  ): Promise<(AdmittedRun & { leakedSandboxId?: string }) | undefined> {
     const runId = `run-${randomUUID()}`;
     const admitted = await this.db.withTransaction(async (tx) => {
       await tx.query(LOCK_SCOPE, [scope.uid, scope.runtimeScopeId]);
@@ -119,8 +131,13 @@ export class PlatformSimulator {
       return rows.length === 1;
     });
     if (!admitted) return undefined;
+    let leakedSandboxId: string | undefined;
+    if (options.crashBeforeRecording) {
+      leakedSandboxId = `sbx-${scope.runtimeScopeId}-lost-${randomUUID().slice(0, 8)}`;
+      await this.#createAtProvisioner(scope, leakedSandboxId);
+    }
     const sandbox = await this.acquireSandbox(scope, options.upsert);
-    return { runId, scope, ...sandbox };
+    return { runId, scope, ...sandbox, ...(leakedSandboxId ? { leakedSandboxId } : {}) };
   }
 
   /** Creates (or reuses) the scope's sandbox at the provisioner and records its generation. */
@@ -129,19 +146,9 @@ export class PlatformSimulator {
     upsert: SandboxUpsert = 'resets-released',
   ): Promise<{ sandboxId: string; generation: number }> {
     const sandboxId = `sbx-${scope.runtimeScopeId}`;
-    const response = await fetch(new URL('/api/sandboxes', this.provisionerUrl), {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ sandbox_id: sandboxId, thread_id: scope.threadId, user_id: scope.uid }),
-    });
-    if (response.status !== 200 && response.status !== 201) {
-      throw new Error(
-        `provisioner refused to create sandbox ${sandboxId}: ${response.status} ${await response.text()}`,
-      );
-    }
-    const body = (await response.json()) as { generation: number };
+    const generation = await this.#createAtProvisioner(scope, sandboxId);
     // An upsert: the same row whether it runs once or twice.
-    const values = [scope.uid, scope.runtimeScopeId, sandboxId, body.generation];
+    const values = [scope.uid, scope.runtimeScopeId, sandboxId, generation];
     if (upsert === 'keeps-released-bypassing-triggers') {
       await this.db.withTransaction(async (tx) => {
         await tx.query("SET LOCAL session_replication_role = 'replica'");
@@ -153,7 +160,23 @@ export class PlatformSimulator {
         values,
       );
     }
-    return { sandboxId, generation: body.generation };
+    return { sandboxId, generation };
+  }
+
+  /** POST /api/sandboxes: creates (or reuses) the sandbox; returns its generation. */
+  async #createAtProvisioner(scope: ScopeRef, sandboxId: string): Promise<number> {
+    const response = await fetch(new URL('/api/sandboxes', this.provisionerUrl), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ sandbox_id: sandboxId, thread_id: scope.threadId, user_id: scope.uid }),
+    });
+    if (response.status !== 200 && response.status !== 201) {
+      throw new Error(
+        `provisioner refused to create sandbox ${sandboxId}: ${response.status} ${await response.text()}`,
+      );
+    }
+    const body = (await response.json()) as { generation: number };
+    return body.generation;
   }
 
   async startSubagent(parent: AdmittedRun): Promise<string> {

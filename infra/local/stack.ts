@@ -20,6 +20,7 @@ import {
 } from '../../functions/adapters/queues.ts';
 import { composeFenceCheck } from '../../functions/fence-check/handler.ts';
 import { composeFinalize } from '../../functions/finalize/handler.ts';
+import { composeReclaimer, type ReclaimerResult } from '../../functions/reclaimer/handler.ts';
 import { composeRelease } from '../../functions/release/handler.ts';
 import { composeSweeper } from '../../functions/sweeper/handler.ts';
 import type { SweepResult } from '../../functions/sweeper/sweep.ts';
@@ -41,8 +42,8 @@ import {
 
 /**
  * The local stack (`npm run stack`): an SQS emulator with the contract's queues, migrations
- * applied, the real handlers invoked through an emulated event source mapping, the sweeper on its
- * interval, and the built-in provisioner unless SANDBOX_PROVISIONER_URL names another. Each
+ * applied, the real handlers invoked through an emulated event source mapping, the sweeper and the
+ * reclaimer on their intervals, and the built-in provisioner unless SANDBOX_PROVISIONER_URL names another. Each
  * function is built by its own composition root, the one its deployed entry point uses; only
  * the infrastructure handed to the roots is local (one shared pool, the emulator's queues).
  *
@@ -72,6 +73,8 @@ export interface StackOptions {
   provisionerMode?: ProvisionerMode;
   /** Runs the sweeper on its interval (default true). */
   sweeper?: boolean;
+  /** Runs the reclaimer every RECLAIM_INTERVAL_SECONDS (default true). */
+  reclaimer?: boolean;
   onError?: (error: Error, source: string) => void;
   /**
    * Chaos hook (test/chaos): wraps the queue client the functions and the sweeper send with, e.g.
@@ -95,8 +98,10 @@ export interface Stack {
   /** The built-in provisioner, when SANDBOX_PROVISIONER_URL was not given. */
   provisioner: LocalProvisioner | undefined;
   createdQueues: Map<string, CreatedQueue>;
-  telemetry: Record<'fenceCheck' | 'release' | 'finalize' | 'sweeper', Telemetry>;
+  telemetry: Record<'fenceCheck' | 'release' | 'finalize' | 'sweeper' | 'reclaimer', Telemetry>;
   runSweeper(): Promise<SweepResult>;
+  /** One reclaim run now (as the schedule would start it); runs never overlap. */
+  runReclaimer(): Promise<ReclaimerResult>;
   stop(): Promise<void>;
 }
 
@@ -198,6 +203,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       release: createTelemetry({ functionName: FUNCTION_LOG_NAMES.release, logLevel }),
       finalize: createTelemetry({ functionName: FUNCTION_LOG_NAMES.finalize, logLevel }),
       sweeper: createTelemetry({ functionName: FUNCTION_LOG_NAMES.sweeper, logLevel }),
+      reclaimer: createTelemetry({ functionName: FUNCTION_LOG_NAMES.reclaimer, logLevel }),
     };
     const maxReceiveCounts = Object.fromEntries(
       [...createdQueues.values()].map((queue) => [queue.name, queue.definition.maxReceiveCount ?? undefined]),
@@ -224,6 +230,9 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     };
     const sweeperFunction = await composeSweeper(infrastructure);
     const sweeper = withObservability(sweeperFunction.handler, sweeperFunction.telemetry);
+    const reclaimerFunction = await composeReclaimer(infrastructure);
+    cleanups.push(() => reclaimerFunction.close());
+    const reclaimer = withObservability(reclaimerFunction.handler, reclaimerFunction.telemetry);
 
     const concurrency = { ...DEFAULT_CONCURRENCY, ...options.concurrency };
     const consumed = [
@@ -263,6 +272,28 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       cleanups.push(async () => clearInterval(timer));
     }
 
+    // Deployed, reservedConcurrency 1 and a schedule keep runs apart; here a run in progress is
+    // joined instead of overlapped.
+    let reclaiming: Promise<ReclaimerResult> | undefined;
+    const runReclaimer = () => {
+      reclaiming ??= reclaimer(
+        {},
+        localLambdaContext('reclaimer', FUNCTION_DEFINITIONS.reclaimer.timeoutSeconds),
+      ).finally(() => {
+        reclaiming = undefined;
+      });
+      return reclaiming;
+    };
+    if (options.reclaimer !== false) {
+      const timer = setInterval(() => {
+        runReclaimer().catch((error: Error) => onError(error, 'reclaimer'));
+      }, config.reclaimIntervalSeconds * 1000);
+      cleanups.push(async () => {
+        clearInterval(timer);
+        await reclaiming?.catch(() => {});
+      });
+    }
+
     return {
       config,
       db,
@@ -275,6 +306,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       createdQueues,
       telemetry,
       runSweeper,
+      runReclaimer,
       stop: stopAll,
     };
   } catch (error) {

@@ -70,6 +70,10 @@ export function renderHelp(commands: readonly Command[]): string {
       ],
       ['AWS_ENDPOINT_URL_SQS', 'unset: AWS through the SDK defaults (AWS_REGION, credential chain)'],
       ['QUEUE_NAME_PREFIX', 'stage prefix of the deployed queue names'],
+      [
+        'SANDBOX_PROVISIONER_URL',
+        'the provisioner orphans and reclaim list and delete at (required by them)',
+      ],
       ['…', 'the timeouts and retry settings: see check-config'],
     ]),
     '',

@@ -19,6 +19,10 @@ const ALARM_TOPIC_LOGICAL_ID = 'AlarmTopic';
  * template test runs the bundled sweeper and compares.
  */
 const SWEEPER_FUNCTION_DIMENSION = 'sweeper';
+/** The same for the reclaimer (functions/reclaimer/handler.ts). */
+const RECLAIMER_FUNCTION_DIMENSION = 'reclaimer';
+/** A leak still open this many intervals after its grace should have been reclaimed. */
+const LEAK_PERSISTS_INTERVALS = 3;
 
 /** A fence re-announced twice by the sweeper without being cleared has stopped converging. */
 const OLDEST_FENCE_SWEEPS = 3;
@@ -53,6 +57,7 @@ const FUNCTION_ERRORS_TODO = {
   release: 'sandboxes are not being deleted, so fences stay up and runtime-release.fifo grows',
   finalize: 'fences are not being cleared although their sandboxes are gone',
   sweeper: 'fences whose announcement was lost are not re-announced, and PendingFences/OldestFenceAge stop',
+  reclaimer: 'leaked sandboxes are not being reclaimed, and OldestLeakAge stops',
 };
 
 function notify(alarm) {
@@ -130,6 +135,57 @@ function alarmResources({ stage, service, config, subscription }) {
       Threshold: oldestFenceThreshold,
       ComparisonOperator: 'GreaterThanThreshold',
       // The sweeper reports every FENCE_SWEEP_INTERVAL_SECONDS, zero included: silence is a fault.
+      TreatMissingData: 'breaching',
+    }),
+  };
+
+  // The reclaimer reports every RECLAIM_INTERVAL_SECONDS. Its period is at least one interval, so
+  // every period holds a run.
+  const reclaimPeriod = Math.max(300, Math.ceil(config.RECLAIM_INTERVAL_SECONDS / 60) * 60);
+  const reclaimerDimensions = [
+    { Name: 'service', Value: SERVICE_NAME },
+    { Name: 'stage', Value: stage },
+    { Name: 'function', Value: RECLAIMER_FUNCTION_DIMENSION },
+  ];
+  resources.ReclaimRefusedAlarm = {
+    Type: 'AWS::CloudWatch::Alarm',
+    Properties: notify({
+      AlarmName: name('reclaim-refused'),
+      AlarmDescription: describe(
+        `reclaim runs were refused in two periods in a row: the provisioner's listing could not be trusted (not JSON, wrong shape, count mismatch, unreachable) or more than RECLAIM_MAX_SHARE_PERCENT (${config.RECLAIM_MAX_SHARE_PERCENT}%) of it looked leaked at once. Nothing was deleted; leaks accumulate meanwhile.`,
+        `read ReclaimRefused by reason on the dashboard and the reclaimer's "reclaim run refused" log line. share_exceeded: check that DATABASE_URL and SANDBOX_PROVISIONER_URL belong to the same stage (an empty or wrong database makes every sandbox look leaked); \`npm run ops -- orphans\` shows what it sees. list_*: check the provisioner's GET /api/sandboxes.`,
+      ),
+      Namespace: METRICS_NAMESPACE,
+      MetricName: MetricName.RECLAIM_REFUSED,
+      Dimensions: reclaimerDimensions,
+      Statistic: 'Sum',
+      Period: reclaimPeriod,
+      EvaluationPeriods: 2,
+      DatapointsToAlarm: 2,
+      Threshold: 0,
+      ComparisonOperator: 'GreaterThanThreshold',
+      TreatMissingData: 'notBreaching',
+    }),
+  };
+  const leakThreshold =
+    config.RECLAIM_GRACE_SECONDS + LEAK_PERSISTS_INTERVALS * config.RECLAIM_INTERVAL_SECONDS;
+  resources.PersistingLeaksAlarm = {
+    Type: 'AWS::CloudWatch::Alarm',
+    Properties: notify({
+      AlarmName: name('persisting-leaks'),
+      AlarmDescription: describe(
+        `a leaked sandbox has been seen for more than ${leakThreshold} s (RECLAIM_GRACE_SECONDS + ${LEAK_PERSISTS_INTERVALS} x RECLAIM_INTERVAL_SECONDS) without being reclaimed: its DELETE keeps failing, a run keeps arriving over the RECLAIM_MAX_PER_RUN bound, or the listing names a generation the provisioner refuses. Missing data counts too: the reclaimer has stopped reporting.`,
+        `\`npm run ops -- orphans\` lists the leaks, why they count as leaked and what each waits for; the reclaimer's "leaked sandbox reclaim failed" lines say why a DELETE failed. \`npm run ops -- reclaim --yes\` runs it now. If the reclaimer is silent, check its Lambda errors and SANDBOX_PROVISIONER_URL.`,
+      ),
+      Namespace: METRICS_NAMESPACE,
+      MetricName: MetricName.OLDEST_LEAK_AGE,
+      Dimensions: reclaimerDimensions,
+      Statistic: 'Maximum',
+      Period: reclaimPeriod,
+      EvaluationPeriods: 2,
+      DatapointsToAlarm: 2,
+      Threshold: leakThreshold,
+      ComparisonOperator: 'GreaterThanThreshold',
       TreatMissingData: 'breaching',
     }),
   };
@@ -253,4 +309,10 @@ function alarmResources({ stage, service, config, subscription }) {
   return { resources, outputs, alarmLogicalIds };
 }
 
-module.exports = { alarmResources, subscriptionOf, ALARM_TOPIC_LOGICAL_ID, SWEEPER_FUNCTION_DIMENSION };
+module.exports = {
+  alarmResources,
+  subscriptionOf,
+  ALARM_TOPIC_LOGICAL_ID,
+  SWEEPER_FUNCTION_DIMENSION,
+  RECLAIMER_FUNCTION_DIMENSION,
+};

@@ -29,6 +29,11 @@ const EXTRA_DIMENSIONS = {
   FencesReannounced: [],
   ForcedClears: [],
   RecordsReceived: [],
+  SandboxesListed: [],
+  SandboxesLeaked: [],
+  SandboxesReclaimed: ['reason'],
+  ReclaimRefused: ['reason'],
+  OldestLeakAge: [],
 };
 
 const WIDTH = 24;
@@ -124,6 +129,15 @@ function dashboardResources({ stage, service, alarmLogicalIds }) {
       [search(M.FENCES_REANNOUNCED, 'Sum', 're-announced')],
       [search(M.FORCED_CLEARS, 'Sum', 'forced clears')],
     ]),
+    graph('Reclaimer: sandboxes listed, leaked, reclaimed by why leaked', [
+      [search(M.SANDBOXES_LISTED, 'Maximum', 'listed')],
+      [search(M.SANDBOXES_LEAKED, 'Maximum', 'leaked')],
+      [search(M.SANDBOXES_RECLAIMED, 'Sum', 'reclaimed')],
+    ]),
+    graph('Reclaimer: refused by reason (whole runs and single sandboxes)', [
+      [search(M.RECLAIM_REFUSED, 'Sum', '')],
+    ]),
+    graph('Reclaimer: oldest open leak (s)', [[search(M.OLDEST_LEAK_AGE, 'Maximum', 'oldest leak')]]),
     graph('Dead-lettered by queue and reason', [[search(M.DEAD_LETTERED, 'Sum', '')]]),
     graph('Retries scheduled by queue and errorCode', [[search(M.RETRY_SCHEDULED, 'Sum', '')]]),
     graph('Records per invocation', [[search(M.RECORDS_RECEIVED, 'Average', '')]]),

@@ -28,6 +28,8 @@ const SENDS = {
   finalize: ['runtime-cleaned', 'run-finished', 'runtime-finalize'],
   // fences pending too long → announced again
   sweeper: ['run-finished'],
+  // sends to no queue: it lists and deletes at the provisioner and reads and writes the database
+  reclaimer: [],
 };
 
 /** What the Lambda event source needs, plus ChangeMessageVisibility for the retry backoff (batch.ts). */
@@ -185,12 +187,14 @@ function functionRoles({ databaseUrlParameter }) {
         Resource: consumes.map(queueArnByName),
       });
     }
-    statements.push({
-      Sid: 'SendToNextQueues',
-      Effect: 'Allow',
-      Action: SEND_ACTIONS,
-      Resource: sendsTo.map(queueArnByName),
-    });
+    if (sendsTo.length) {
+      statements.push({
+        Sid: 'SendToNextQueues',
+        Effect: 'Allow',
+        Action: SEND_ACTIONS,
+        Resource: sendsTo.map(queueArnByName),
+      });
+    }
     // Every function uses the database.
     statements.push(...readDatabaseUrlStatements(databaseUrlParameter));
     resources[functionRoleLogicalId(functionKey)] = {

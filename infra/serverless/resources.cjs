@@ -20,8 +20,9 @@ const {
 } = require('./project.cjs');
 const { queueResources } = require('./queues.cjs');
 
-/** The sweeper runs on a schedule instead of consuming a queue. */
+/** The sweeper and the reclaimer run on a schedule instead of consuming a queue. */
 const SWEEPER = 'sweeper';
+const RECLAIMER = 'reclaimer';
 
 async function deploymentContext(resolveVariable) {
   await loadProjectFacts();
@@ -82,6 +83,28 @@ module.exports = {
     return { SANDBOX_PROVISIONER_URL: `{{resolve:ssm:${provisionerUrlParameter}}}` };
   },
 
+  /** The reclaimer lists and deletes at the same provisioner as release: the same parameter. */
+  reclaimerEnvironment: async ({ resolveVariable }) => {
+    await deploymentContext(resolveVariable);
+    const provisionerUrlParameter = await resolveVariable('self:custom.ssmParameters.provisionerUrl');
+    return { SANDBOX_PROVISIONER_URL: `{{resolve:ssm:${provisionerUrlParameter}}}` };
+  },
+
+  /**
+   * The reclaimer's invocation settings, for the sweeper's reasons: one instance (two would race
+   * each other's streaks and double the provisioner's load), no retries (the next run is the
+   * retry), no run older than one interval.
+   */
+  reclaimerInvocation: async ({ resolveVariable }) => {
+    const { config } = await deploymentContext(resolveVariable);
+    const { FUNCTION_DEFINITIONS } = projectFacts();
+    return {
+      reservedConcurrency: FUNCTION_DEFINITIONS[RECLAIMER].reservedConcurrency,
+      maximumRetryAttempts: 0,
+      maximumEventAge: Math.max(60, config.RECLAIM_INTERVAL_SECONDS),
+    };
+  },
+
   /**
    * The sweeper's invocation settings. EventBridge invokes it asynchronously, and Lambda retries a
    * failed asynchronous invocation twice by default, the retries overlapping the next tick: zero
@@ -130,6 +153,13 @@ module.exports = {
         rate: [sweepRate(config.FENCE_SWEEP_INTERVAL_SECONDS)],
         description:
           'Re-announces fences pending longer than FENCE_SWEEP_AFTER_SECONDS; reports the fence backlog',
+      },
+    });
+    events[RECLAIMER].push({
+      schedule: {
+        rate: [sweepRate(config.RECLAIM_INTERVAL_SECONDS)],
+        description:
+          'Lists the provisioner and deletes sandboxes no scope has owned for RECLAIM_GRACE_SECONDS',
       },
     });
     for (const [key, list] of Object.entries(events)) {

@@ -15,6 +15,7 @@ import { runChaos } from './engine.ts';
 import { Invariant } from './invariants.ts';
 import { COVERAGE_CYCLE, DEFAULT_MIX, FaultKind } from './plan.ts';
 import { silenceEmptyMetricsWarning } from './quiet.ts';
+import type { ReclaimChaosReport } from './reclaim-chaos.ts';
 import { writeReport } from './report.ts';
 import type { ChaosResult } from './result.ts';
 import { CONVERGENCE_BOUND_MS } from './settings.ts';
@@ -27,6 +28,7 @@ let dataDir: string;
 let result: ChaosResult;
 const logLines: string[] = [];
 let secret: string;
+let reclaimReport: ReclaimChaosReport | undefined;
 
 beforeAll(async () => {
   t = await createTestDatabase();
@@ -66,6 +68,12 @@ beforeAll(async () => {
       coverage: true,
       mix: { ...DEFAULT_MIX, maxFaultWindowMs: 2_500 },
       logLevel: 'INFO',
+      // Reclaimer hook (issue 13): leak injection and invariant GC.
+      reclaim: {
+        onReport: (report) => {
+          reclaimReport = report;
+        },
+      },
     });
   } finally {
     for (const undo of restore) undo();
@@ -111,6 +119,13 @@ describe(`chaos suite, seed ${SEED}`, () => {
   it('converged: every fence cleared within the stated bound once its faults stopped, and the system drained', () => {
     expect(result.convergence.samples).toBeGreaterThanOrEqual(result.runs);
     expect(result.convergence.maxMs).toBeLessThanOrEqual(CONVERGENCE_BOUND_MS);
+  });
+
+  it('reclaimed every injected leak, never a sandbox of an active or fenced scope (invariant GC)', () => {
+    expect(reclaimReport!.leaksInjected).toBeGreaterThan(0);
+    expect(reclaimReport!.leaksStillLive).toEqual([]);
+    expect(reclaimReport!.reclaimDeletes).toBeGreaterThanOrEqual(reclaimReport!.leaksInjected);
+    expect(reclaimReport!.violations).toEqual([]);
   });
 
   it('logged at INFO throughout without the database password in any line', () => {

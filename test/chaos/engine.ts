@@ -36,6 +36,7 @@ import { FenceWatcher, ScopePool } from './platform-ops.ts';
 import { ProcessWatch, type WatchedProcess } from './process-watch.ts';
 import { newProductionFaultState } from './production-faults.ts';
 import { mixSeed, Rng } from './random.ts';
+import { installReclaimChaos, RECLAIM_CHAOS_ENV, type ReclaimChaosReport } from './reclaim-chaos.ts';
 import { Recorders } from './recorders.ts';
 import { assembleResult, type ChaosResult } from './result.ts';
 import type { RunContext } from './run-driver.ts';
@@ -71,6 +72,11 @@ export interface ChaosOptions {
   onProgress?: (progress: { done: number; total: number; violations: number; elapsedMs: number }) => void;
   /** Extra StackOptions for tests (e.g. a log sink). */
   env?: Record<string, string>;
+  /**
+   * Reclaimer hook (issue 13, reclaim-chaos.ts): run the reclaimer every 2 s with a 2 s grace,
+   * inject leaked sandboxes, check invariant GC; the report is handed to `onReclaimReport`.
+   */
+  reclaim?: { onReport: (report: ReclaimChaosReport) => void };
 }
 
 /** The process the termination storm hits beside the stack: 30 connections of cleanup-shaped work. */
@@ -94,7 +100,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
   const messages = new MessageLog();
   const stackErrors = new Map<string, number>();
   const harnessErrors: string[] = [];
-  const env = { ...CHAOS_ENV, ...options.env };
+  const env = { ...CHAOS_ENV, ...(options.reclaim ? RECLAIM_CHAOS_ENV : {}), ...options.env };
 
   const pools: Database[] = [];
   const open = async (name: string, max: number, lockTimeoutMs: number) => {
@@ -185,8 +191,20 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       onHarnessError,
     });
 
+    // Reclaimer hook (issue 13): leak injection and invariant GC, on every DELETE.
+    const reclaim = options.reclaim
+      ? installReclaimChaos({
+          provisioner,
+          probeDb: await open('chaos-reclaim-probe', 2, 1_000),
+          scopes,
+          rng: new Rng(mixSeed(options.seed, 0x13)),
+          onHarnessError,
+        })
+      : undefined;
+
     // --- recorders and the periodic invariant checks ---------------------------------------------
     recorders = new Recorders({
+      ...(reclaim ? { isReclaimDelete: reclaim.isReclaimDelete } : {}),
       provisioner,
       sqs,
       cleanedQueueUrl: queueUrl('runtime-cleaned'),
@@ -194,7 +212,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       ledger,
       messages,
       scopes,
-      otherViolations: () => probe.violations,
+      otherViolations: () => [...probe.violations, ...(reclaim?.violations ?? [])],
       onError: onHarnessError,
     });
     recorders.start();
@@ -313,6 +331,9 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       queueDepths: () => Promise.all(CONSUMED_QUEUES.map((queue) => queueDepth(sqs, queueUrl(queue)))),
       deadlineMs: drainStarted + (options.finalDrainTimeoutMs ?? 90_000),
     });
+    // Reclaimer hook (issue 13): every injected leak reclaimed (grace + a few intervals).
+    const reclaimReport = reclaim ? await reclaim.settle(preciseNow() + 20_000) : undefined;
+    if (reclaimReport) options.reclaim!.onReport(reclaimReport);
     const finalDrainMs = preciseNow() - drainStarted;
     await recorders.stop();
     await episodes.awaitStalledConnectsJudgeable();
@@ -324,7 +345,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     await recorders.drainCleaned();
     const verdict = await judgeFinalHistory({
       history: recorders.history(Number.POSITIVE_INFINITY),
-      earlier: [...found.values(), ...probe.violations],
+      earlier: [...found.values(), ...probe.violations, ...(reclaim?.violations ?? [])],
       runRecords,
       drained,
       admin,
@@ -347,6 +368,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       ],
     });
     return assembleResult({
+      reclaimDeletesChecked: reclaimReport?.reclaimDeletes ?? 0,
       identity: {
         seed: options.seed,
         runs: options.runs,

@@ -35,6 +35,8 @@ export const Invariant = {
   NO_PROCESS_EXITS: 'P-no-process-of-the-stack-exits-while-faults-run',
   /** Issue 11.4: a database connect that never answers is abandoned within the connect timeout. */
   CONNECT_ABANDONED: 'T-a-connect-that-never-answers-is-abandoned-within-the-connect-timeout',
+  // Reclaimer hook (issue 13): checked by test/chaos/reclaim-chaos.ts.
+  RECLAIM_NEVER_OWNED: 'GC-nothing-the-reclaimer-deletes-is-owned-by-an-active-or-fenced-scope',
 } as const;
 export type Invariant = (typeof Invariant)[keyof typeof Invariant];
 

@@ -9,7 +9,7 @@ import type { SQSClient } from '@aws-sdk/client-sqs';
 import type { AuditEntry, LocalProvisioner } from '../../infra/local/provisioner/server.ts';
 import { type ClockSync, preciseNow } from './clock.ts';
 import { buildHistory } from './history.ts';
-import { checkSafety, type History, type Violation } from './invariants.ts';
+import { checkSafety, type DeleteRequest, type History, type Violation } from './invariants.ts';
 import type { LedgerReader } from './ledger.ts';
 import { type MessageLog, runIdOf, takeAll } from './message-log.ts';
 import type { ScopePool } from './platform-ops.ts';
@@ -27,6 +27,8 @@ export interface RecorderSources {
   scopes: ScopePool;
   /** Violations found elsewhere (the DELETE probe), kept with the periodic checks' own. */
   otherViolations: () => readonly Violation[];
+  /** Reclaimer hook (issue 13): the reclaimer's DELETEs, judged by invariant GC instead of 2a/2b. */
+  isReclaimDelete?: (request: DeleteRequest) => boolean;
   onError: (message: string) => void;
 }
 
@@ -61,8 +63,12 @@ export class Recorders {
   }
 
   history(settledBeforeMs: number): History {
-    const { ledger, clock, messages, scopes } = this.sources;
-    return buildHistory({ ledger, clock, audit: this.audit, messages, scopes, settledBeforeMs });
+    const { ledger, clock, messages, scopes, isReclaimDelete } = this.sources;
+    const history = buildHistory({ ledger, clock, audit: this.audit, messages, scopes, settledBeforeMs });
+    // Reclaimer hook (issue 13): its DELETEs follow no fence check by design (reclaim-chaos.ts).
+    return isReclaimDelete
+      ? { ...history, deletes: history.deletes.filter((request) => !isReclaimDelete(request)) }
+      : history;
   }
 
   /** Stops the intervals (idempotent); resolves when the recording they started has finished. */

@@ -65,6 +65,8 @@ export interface ChaosResult {
 
 /** The parts of a run the result is assembled from. */
 export interface ResultInputs {
+  /** Reclaimer hook (issue 13): the reclaimer's DELETEs invariant GC judged (0 when off). */
+  reclaimDeletesChecked?: number;
   identity: Pick<ChaosResult, 'seed' | 'runs' | 'concurrency' | 'startedAt' | 'config'>;
   timing: Pick<ChaosResult, 'durationMs' | 'runPhaseMs' | 'finalDrainMs'>;
   postgresVersion: string;
@@ -150,6 +152,11 @@ export function assembleResult(input: ResultInputs): ChaosResult {
       [Invariant.IDS_PERCENT_ENCODED]: {
         checked: verdict.paths.checked,
         violations: count(Invariant.IDS_PERCENT_ENCODED),
+      },
+      // Reclaimer hook (issue 13, reclaim-chaos.ts).
+      [Invariant.RECLAIM_NEVER_OWNED]: {
+        checked: input.reclaimDeletesChecked ?? 0,
+        violations: count(Invariant.RECLAIM_NEVER_OWNED),
       },
       ...extraChecks(verdict, count),
     } as Record<Invariant, { checked: number; violations: number }>,

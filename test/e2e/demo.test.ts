@@ -125,6 +125,10 @@ describe('npm start (the demo)', () => {
       directoriesLeft: 0,
       processesChecked: true,
     });
+    // Two runs' admissions crashed between creating a sandbox and recording it (issue 13): the
+    // reclaimer found both sandboxes, no row naming them, and deleted them.
+    expect(summary.leaks).toEqual({ made: 2, reclaimed: 2, stillLive: 0 });
+    expect(summary.checks.find((check) => check.name === 'every leaked sandbox reclaimed')?.ok).toBe(true);
     expect(summary.stopped).toEqual({
       sandboxProcessesLeft: 0,
       sandboxDirectoriesLeft: 0,

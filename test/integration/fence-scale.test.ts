@@ -168,6 +168,9 @@ describe('admission: runtime_cleanup_blocked is an index lookup whatever the bac
     try {
       await session.client.query('BEGIN');
       await session.client.query('DROP INDEX agent_runs_fences_by_scope');
+      // The reclaimer's index of all runs by scope (migration 009) would bound the walk to one
+      // scope's runs; the control is about having no scope index at all.
+      await session.client.query('DROP INDEX agent_runs_by_scope');
       const plans = await session.plansOf(CALL, SCOPE);
       await session.client.query('ROLLBACK');
       const body = plans.find((entry) => entry.query.includes('FROM agent_runs r'))!.plan;

@@ -41,13 +41,16 @@ const SUBSCRIPTION = 'oncall@example.com';
 const DATABASE_URL_PARAMETER = `/runtime-cleanup/${STAGE}/database-url`;
 const PROVISIONER_URL_PARAMETER = `/runtime-cleanup/${STAGE}/sandbox-provisioner-url`;
 
-const FUNCTION_KEYS = ['fenceCheck', 'release', 'finalize', 'sweeper'] as const;
+const FUNCTION_KEYS = ['fenceCheck', 'release', 'finalize', 'sweeper', 'reclaimer'] as const;
+/** The functions that call the provisioner: release deletes, the reclaimer lists and deletes. */
+const CALLS_PROVISIONER = new Set<string>(['release', 'reclaimer']);
 type FunctionKey = (typeof FUNCTION_KEYS)[number];
 const HANDLER_PATHS: Record<FunctionKey, string> = {
   fenceCheck: 'functions/fence-check/handler.mjs',
   release: 'functions/release/handler.mjs',
   finalize: 'functions/finalize/handler.mjs',
   sweeper: 'functions/sweeper/handler.mjs',
+  reclaimer: 'functions/reclaimer/handler.mjs',
 };
 
 let workDir: string;
@@ -219,10 +222,10 @@ describe('the database password', () => {
 });
 
 describe('each function carries only what it uses', () => {
-  it('gives SANDBOX_PROVISIONER_URL to the release function alone', () => {
+  it('gives SANDBOX_PROVISIONER_URL to the release function and the reclaimer alone', () => {
     for (const key of FUNCTION_KEYS) {
       const env = environmentOf(key);
-      if (key === 'release') {
+      if (CALLS_PROVISIONER.has(key)) {
         expect(env.SANDBOX_PROVISIONER_URL).toBe(`{{resolve:ssm:${PROVISIONER_URL_PARAMETER}}}`);
       } else {
         expect(env, key).not.toHaveProperty('SANDBOX_PROVISIONER_URL');
@@ -230,7 +233,7 @@ describe('each function carries only what it uses', () => {
     }
   });
 
-  it('bundles no local-only code, and the provisioner client into release alone', () => {
+  it('bundles no local-only code, and the provisioner client into release and the reclaimer alone', () => {
     const devDependencies = Object.keys(
       (createRequire(import.meta.url)('../../package.json') as { devDependencies: Record<string, string> })
         .devDependencies,
@@ -261,9 +264,9 @@ describe('each function carries only what it uses', () => {
         key,
       ).toEqual([]);
       const carriesProvisioner = own.includes('functions/adapters/provisioner-client.ts');
-      expect(carriesProvisioner, key).toBe(key === 'release');
-      expect(own.includes('functions/cleanup/sandbox-provider.ts'), key).toBe(key === 'release');
-      expect(packages.has('undici'), key).toBe(key === 'release');
+      expect(carriesProvisioner, key).toBe(CALLS_PROVISIONER.has(key));
+      expect(own.includes('functions/cleanup/sandbox-provider.ts'), key).toBe(CALLS_PROVISIONER.has(key));
+      expect(packages.has('undici'), key).toBe(CALLS_PROVISIONER.has(key));
     }
   });
 });
@@ -276,6 +279,9 @@ describe('the connection budget', () => {
     }
     expect(lambdaFunction('sweeper').properties.ReservedConcurrentExecutions).toBe(
       FUNCTION_DEFINITIONS.sweeper.reservedConcurrency,
+    );
+    expect(lambdaFunction('reclaimer').properties.ReservedConcurrentExecutions).toBe(
+      FUNCTION_DEFINITIONS.reclaimer.reservedConcurrency,
     );
   });
 
@@ -335,6 +341,19 @@ describe('loops, retries and what a stack delete keeps', () => {
     expect(lambdaFunction('finalize').properties.RecursiveLoop).toBe('Allow');
     expect(lambdaFunction('release').properties.RecursiveLoop).toBe('Terminate');
     expect(lambdaFunction('sweeper').properties.RecursiveLoop).toBe('Terminate');
+    expect(lambdaFunction('reclaimer').properties.RecursiveLoop).toBe('Terminate');
+  });
+
+  it('never retries a reclaim run (the next run is the retry) nor runs one older than an interval', () => {
+    const reclaimerId = lambdaFunction('reclaimer').id;
+    const configs = resourcesOfType(template, 'AWS::Lambda::EventInvokeConfig').filter(
+      ([, config]) => referencedLogicalId(config.Properties?.FunctionName) === reclaimerId,
+    );
+    expect(configs).toHaveLength(1);
+    expect(configs[0]![1].Properties).toMatchObject({
+      MaximumRetryAttempts: 0,
+      MaximumEventAgeInSeconds: Math.max(60, CONFIG_DEFAULTS.RECLAIM_INTERVAL_SECONDS),
+    });
   });
 
   it('never retries a sweeper tick (the next tick is the retry) nor runs a tick older than an interval', () => {
@@ -540,7 +559,7 @@ describe('the bundles against a real database and a real SSM endpoint', () => {
     if (password) expect(run.stdout + run.stderr).not.toContain(password);
   });
 
-  it('start fence-check, finalize and the sweeper with a broken SANDBOX_PROVISIONER_URL; only release refuses it, in one line', async () => {
+  it('start fence-check, finalize and the sweeper with a broken SANDBOX_PROVISIONER_URL; only release and the reclaimer refuse it, in one line', async () => {
     ssm.put(DATABASE_URL_PARAMETER, { type: 'SecureString', value: t.url });
     const broken = {
       SANDBOX_PROVISIONER_URL: 'not a url',
@@ -550,13 +569,16 @@ describe('the bundles against a real database and a real SSM endpoint', () => {
     const runs = await Promise.all(
       FUNCTION_KEYS.map(async (key) => ({
         key,
-        run: await runBundle(key, INVOKE, { ...broken, EVENT: key === 'sweeper' ? '{}' : '{"Records":[]}' }),
+        run: await runBundle(key, INVOKE, {
+          ...broken,
+          EVENT: key === 'sweeper' || key === 'reclaimer' ? '{}' : '{"Records":[]}',
+        }),
       })),
     );
     for (const { key, run } of runs) {
       expect(run.code, `${key}: ${run.stderr}`).toBe(0);
       const [outcome] = outcomes(run);
-      if (key === 'release') {
+      if (CALLS_PROVISIONER.has(key)) {
         expect(outcome).toMatchObject({
           ok: false,
           name: 'ConfigError',

@@ -56,6 +56,8 @@ const EXPECTED_GRANTS = {
     sendsTo: ['run-finished', 'runtime-cleaned', 'runtime-finalize', 'runtime-finalize-dlq'],
   },
   sweeper: { consumes: [], sendsTo: ['run-finished'] },
+  // Lists and deletes at the provisioner; no queue at all.
+  reclaimer: { consumes: [], sendsTo: [] },
 } as const;
 type FunctionKey = keyof typeof EXPECTED_GRANTS;
 const FUNCTION_KEYS = Object.keys(EXPECTED_GRANTS) as FunctionKey[];
@@ -86,6 +88,7 @@ const HANDLER_PATHS: Record<FunctionKey, string> = {
   release: 'functions/release/handler.mjs',
   finalize: 'functions/finalize/handler.mjs',
   sweeper: 'functions/sweeper/handler.mjs',
+  reclaimer: 'functions/reclaimer/handler.mjs',
 };
 
 let workDir: string;
@@ -290,13 +293,20 @@ describe('event sources', () => {
     expect(FUNCTION_DEFINITIONS.release.maximumConcurrency).toBeGreaterThan(0);
   });
 
-  it('runs the sweeper on the FENCE_SWEEP_INTERVAL_SECONDS schedule', () => {
+  it('runs the sweeper on the FENCE_SWEEP_INTERVAL_SECONDS schedule and the reclaimer on RECLAIM_INTERVAL_SECONDS', () => {
     const rules = resourcesOfType(template, 'AWS::Events::Rule');
-    expect(rules).toHaveLength(1);
-    const rule = rules[0]![1].Properties!;
-    expect(rule.ScheduleExpression).toBe('rate(1 minute)');
-    const targets = rule.Targets as Array<{ Arn: unknown }>;
-    expect(targets.map((target) => cfn.functionKeyOf(referencedLogicalId(target.Arn)!))).toEqual(['sweeper']);
+    expect(rules).toHaveLength(2);
+    const scheduled = Object.fromEntries(
+      rules.map(([, rule]) => {
+        const targets = rule.Properties!.Targets as Array<{ Arn: unknown }>;
+        expect(targets).toHaveLength(1);
+        return [
+          cfn.functionKeyOf(referencedLogicalId(targets[0]!.Arn)!),
+          rule.Properties!.ScheduleExpression,
+        ];
+      }),
+    );
+    expect(scheduled).toEqual({ sweeper: 'rate(1 minute)', reclaimer: 'rate(5 minutes)' });
   });
 });
 
@@ -416,6 +426,27 @@ describe('alarms', () => {
     expect(watched).toContain(MetricName.OLDEST_FENCE_AGE);
     expect(watched).toContain(MetricName.RELEASE_FAILED);
     expect(cfn.alarmOnQueue('ApproximateAgeOfOldestMessage', 'runtime-release.fifo')).toBeDefined();
+  });
+
+  it('page when reclaim runs are refused and when a leak outlives its grace by three intervals', () => {
+    const byMetric = new Map(
+      cfn
+        .alarms()
+        .flatMap(([, alarm]) => cfn.customMetricsOfAlarm(alarm).map((metric) => [metric, alarm] as const)),
+    );
+    const reclaimer = [
+      { Name: 'service', Value: 'runtime-cleanup' },
+      { Name: 'stage', Value: STAGE },
+      { Name: 'function', Value: 'reclaimer' },
+    ];
+    // The exact dimension set the handler emits the aggregate with (no `reason`).
+    expect(byMetric.get(MetricName.RECLAIM_REFUSED)).toMatchObject({ Dimensions: reclaimer, Threshold: 0 });
+    expect(byMetric.get(MetricName.OLDEST_LEAK_AGE)).toMatchObject({
+      Dimensions: reclaimer,
+      Threshold: CONFIG_DEFAULTS.RECLAIM_GRACE_SECONDS + 3 * CONFIG_DEFAULTS.RECLAIM_INTERVAL_SECONDS,
+      // A reclaimer that stopped reporting is a fault too.
+      TreatMissingData: 'breaching',
+    });
   });
 
   it('refer only to metric names of metric-names.ts', () => {

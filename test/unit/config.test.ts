@@ -22,6 +22,10 @@ const POSITIVE_INTEGER_VARIABLES = [
   'CLEANUP_RETRY_MAX_SECONDS',
   'FENCE_SWEEP_AFTER_SECONDS',
   'FENCE_SWEEP_INTERVAL_SECONDS',
+  'RECLAIM_INTERVAL_SECONDS',
+  'RECLAIM_GRACE_SECONDS',
+  'RECLAIM_MAX_PER_RUN',
+  'RECLAIM_MAX_SHARE_PERCENT',
   'DATABASE_CONNECT_TIMEOUT_MS',
   'DATABASE_QUERY_TIMEOUT_MS',
   'DATABASE_MAX_CONNECTIONS',
@@ -62,6 +66,10 @@ describe('defaults (docs/integration.md §4)', () => {
       retryMaxSeconds: 900,
       fenceSweepAfterSeconds: 600,
       fenceSweepIntervalSeconds: 60,
+      reclaimIntervalSeconds: 300,
+      reclaimGraceSeconds: 3600,
+      reclaimMaxPerRun: 50,
+      reclaimMaxSharePercent: 50,
       sqsEndpoint: undefined,
       databaseConnectTimeoutMs: 5_000,
       databaseQueryTimeoutMs: 20_000,
@@ -118,6 +126,33 @@ describe('defaults (docs/integration.md §4)', () => {
 });
 
 describe('rules: a bad value is refused with one line naming the variable, the value and the rule', () => {
+  it.each(['101', '1000'])(
+    'refuses RECLAIM_MAX_SHARE_PERCENT=%s: a share is at most 100 percent',
+    (value) => {
+      const error = configErrorOf({ RECLAIM_MAX_SHARE_PERCENT: value });
+      expect(error.variable).toBe('RECLAIM_MAX_SHARE_PERCENT');
+      expect(error.message).not.toContain('\n');
+      expect(error.message).toContain(JSON.stringify(value));
+      expect(error.message).toContain('must be a percentage from 1 to 100');
+    },
+  );
+
+  it('reads the reclaimer settings', () => {
+    expect(
+      loadConfig({
+        RECLAIM_INTERVAL_SECONDS: '2',
+        RECLAIM_GRACE_SECONDS: '4',
+        RECLAIM_MAX_PER_RUN: '3',
+        RECLAIM_MAX_SHARE_PERCENT: '100',
+      }),
+    ).toMatchObject({
+      reclaimIntervalSeconds: 2,
+      reclaimGraceSeconds: 4,
+      reclaimMaxPerRun: 3,
+      reclaimMaxSharePercent: 100,
+    });
+  });
+
   const cases = POSITIVE_INTEGER_VARIABLES.flatMap((variable) =>
     BAD_POSITIVE_INTEGERS.map((value) => ({ variable, value })),
   );

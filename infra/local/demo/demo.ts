@@ -33,10 +33,11 @@ import {
   deadLetterCounts,
   type GroundTruth,
   groundTruth,
+  liveSandboxIds,
   pendingFences,
   survivingProcesses,
 } from './verify.ts';
-import { Workload } from './workload.ts';
+import { type LeakedSandbox, Workload } from './workload.ts';
 
 export interface DemoControl {
   /**
@@ -127,6 +128,7 @@ export async function runDemo(options: DemoOptions, control: DemoControl): Promi
     const platform = new PlatformSimulator(services.platformDb, stack.queues, stack.provisionerUrl);
     workload = new Workload({
       runs: options.runs,
+      leaks: demoLeaks(options.runs),
       scopes: options.scopes,
       workers: options.workers,
       uidPrefix,
@@ -158,6 +160,7 @@ export async function runDemo(options: DemoOptions, control: DemoControl): Promi
 
     convergedAt = await converge({
       stack,
+      leaked: workload.leaked,
       uidPrefix,
       model,
       options,
@@ -169,6 +172,7 @@ export async function runDemo(options: DemoOptions, control: DemoControl): Promi
       db: stack.db,
       uidPrefix,
       sandboxes: workload.sandboxes,
+      leaked: workload.leaked,
       provisioner: stack.provisioner,
       provisionerUrl: stack.provisionerUrl,
       sqs: stack.sqs,
@@ -213,6 +217,7 @@ export async function runDemo(options: DemoOptions, control: DemoControl): Promi
     seed: options.seed,
     faults: options.faultsText,
     plannedRuns: options.runs,
+    leaksMade: workload?.leaked.length ?? 0,
     scopes: options.scopes,
     startedAt,
     finishedAt,
@@ -333,13 +338,14 @@ async function writeTimeline(
  */
 async function converge(input: {
   stack: Stack;
+  leaked: readonly LeakedSandbox[];
   uidPrefix: string;
   model: DemoModel;
   options: DemoOptions;
   lastRunFinishedAt: number;
   signal: AbortSignal;
 }): Promise<number | undefined> {
-  const { stack, uidPrefix, model, options, lastRunFinishedAt, signal } = input;
+  const { stack, leaked, uidPrefix, model, options, lastRunFinishedAt, signal } = input;
   const deadline = lastRunFinishedAt + options.timeoutSeconds * 1000;
   const faultsStopAt =
     options.faultsStopAfterSeconds > 0 ? lastRunFinishedAt + options.faultsStopAfterSeconds * 1000 : Infinity;
@@ -347,7 +353,12 @@ async function converge(input: {
   while (!signal.aborted) {
     const pending = await pendingFences(stack.db, uidPrefix);
     const logged = model.snapshot().fences;
-    if (pending.length === 0 && logged.pending === 0) return Date.now();
+    // The leaked sandboxes are the reclaimer's: converged once it has deleted every one of them.
+    const leaksLive = await liveSandboxIds(
+      { provisioner: stack.provisioner, provisionerUrl: stack.provisionerUrl },
+      leaked.map((leak) => leak.sandboxId),
+    );
+    if (pending.length === 0 && logged.pending === 0 && leaksLive.length === 0) return Date.now();
     if (faultsOn && Date.now() >= faultsStopAt) {
       stack.provisioner!.setFaultProfile(undefined);
       faultsOn = false;
@@ -363,6 +374,14 @@ async function converge(input: {
   return undefined;
 }
 
+/**
+ * How many runs leak a sandbox on purpose (a platform crash between create and record): a few,
+ * and never most of the runs.
+ */
+export function demoLeaks(runs: number): number {
+  return Math.min(3, Math.ceil(runs / 4));
+}
+
 /** The lines worth a line of their own in the progress output. */
 function notable(line: ParsedLine): string | undefined {
   if (line.kind !== 'log') return undefined;
@@ -376,6 +395,10 @@ function notable(line: ParsedLine): string | undefined {
       return `faults switched off with ${String(f.pendingFences)} fences pending, so the tail can converge`;
     case PlatformMessage.STACK_ERROR:
       return `stack error in ${String(f.source)}: ${String(f.error)}`;
+    case PlatformMessage.SANDBOX_LEAKED:
+      return `platform crashed between creating sandbox ${String(f.sandboxId)} and recording it: leaked (the reclaimer's to find)`;
+    case FunctionMessage.SANDBOX_RECLAIMED:
+      return `reclaimer deleted leaked sandbox ${String(f.sandboxId)} (${String(f.leakReason)}, seen leaked since ${String(f.seenLeakedSince)})`;
     case FunctionMessage.SWEEP_FINISHED:
       return typeof f.reannounced === 'number' && f.reannounced > 0
         ? `sweeper re-announced ${f.reannounced} fences pending longer than FENCE_SWEEP_AFTER_SECONDS`

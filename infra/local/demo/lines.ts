@@ -43,6 +43,7 @@ export const PlatformMessage = {
   WORKLOAD_FINISHED: 'workload finished',
   FAULTS_STOPPED: 'faults stopped',
   STACK_ERROR: 'stack component error',
+  SANDBOX_LEAKED: 'platform crashed between creating a sandbox and recording it; sandbox leaked',
 } as const;
 
 /** Messages of the functions' log lines the demo follows (functions/{fence-check,release,finalize,sweeper}). */
@@ -58,6 +59,8 @@ export const FunctionMessage = {
   FINALIZE_DEFERRED: 'finalize deferred; scope still active',
   IDENTITY_CHANGED: 'identity changed since the fence check; fence kept, restarting at phase 1',
   SWEEP_FINISHED: 'sweep finished',
+  SANDBOX_RECLAIMED: 'leaked sandbox reclaimed',
+  RECLAIM_FINISHED: 'reclaim finished',
 } as const;
 
 export function parseLine(json: Record<string, unknown>): ParsedLine | undefined {

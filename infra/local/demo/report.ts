@@ -51,6 +51,14 @@ export function renderSummary(s: DemoSummary, options: { color: boolean }): stri
         : `${s.sandboxes.acquired} acquired; ${s.sandboxes.liveAtProvisioner} still live at the provisioner (external: processes and directories not checked)`,
     );
   }
+  if (s.leaks.made > 0) {
+    add(
+      'leaks',
+      interrupted || s.leaks.stillLive < 0
+        ? `${s.leaks.made} leaked on purpose (a crash between create and record); ${s.leaks.reclaimed} reclaimed before the stop`
+        : `${s.leaks.made} leaked on purpose (a crash between create and record); the reclaimer deleted ${s.leaks.reclaimed}, ${s.leaks.stillLive} still live`,
+    );
+  }
   const failures = Object.entries(s.releases.failuresByCode).sort((a, b) => b[1] - a[1]);
   add(
     'faults',

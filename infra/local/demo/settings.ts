@@ -17,6 +17,10 @@ export const DEMO_ENV_DEFAULTS = {
   // that a dead-lettered fence is picked up again within the demo's convergence bound.
   FENCE_SWEEP_AFTER_SECONDS: '20',
   FENCE_SWEEP_INTERVAL_SECONDS: '5',
+  // The leaks the workload makes on purpose are reclaimed within seconds, not an hour: a sandbox
+  // must look leaked on listings 3 s apart, listed every 2 s.
+  RECLAIM_INTERVAL_SECONDS: '2',
+  RECLAIM_GRACE_SECONDS: '3',
 } as const;
 
 export type DemoSettingName = keyof typeof DEMO_ENV_DEFAULTS;

@@ -59,6 +59,12 @@ export interface DemoSummary {
     directoriesLeft: number;
     processesChecked: boolean;
   };
+  /**
+   * The sandboxes the workload leaked on purpose (a platform crash between create and record) and
+   * what the reclaimer did with them: `stillLive` from the provisioner, `reclaimed` from the
+   * reclaimer's SandboxesReclaimed metric.
+   */
+  leaks: { made: number; reclaimed: number; stillLive: number };
   /** After everything was stopped (also after Ctrl-C): what the demo left behind. */
   stopped: {
     sandboxProcessesLeft: number;
@@ -114,6 +120,8 @@ export interface SummaryInputs {
   seed: number;
   faults: string;
   plannedRuns: number;
+  /** How many sandboxes the workload leaked on purpose. */
+  leaksMade: number;
   scopes: number;
   startedAt: number;
   finishedAt: number;
@@ -204,6 +212,14 @@ export function buildSummary(input: SummaryInputs): DemoSummary {
       directoriesLeft: truth?.leftoverDirectories.length ?? -1,
       processesChecked: truth?.processesChecked ?? false,
     },
+    leaks: {
+      made: input.leaksMade,
+      reclaimed: (model.metricValues(MetricName.SANDBOXES_RECLAIMED) ?? []).reduce(
+        (sum, value) => sum + value,
+        0,
+      ),
+      stillLive: truth?.leakedStillLive.length ?? -1,
+    },
     stopped: input.stopped,
     releases: {
       succeeded: Object.values(releaseOutcomes).reduce((sum, count) => sum + count, 0),
@@ -287,6 +303,11 @@ function checksOf(summary: DemoSummary, truth: GroundTruth): Check[] {
       name: 'every sandbox deleted',
       ok: truth.liveSandboxes.length === 0,
       detail: `${s.sandboxes.acquired} acquired, ${truth.liveSandboxes.length} still live at the provisioner`,
+    },
+    {
+      name: 'every leaked sandbox reclaimed',
+      ok: truth.leakedStillLive.length === 0,
+      detail: `${s.leaks.made} leaked on purpose (a crash between create and record), ${s.leaks.made - truth.leakedStillLive.length} reclaimed, ${truth.leakedStillLive.length} still live`,
     },
     {
       name: 'every run ended',

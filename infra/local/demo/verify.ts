@@ -13,7 +13,7 @@ import {
 } from '../../../functions/adapters/queues.ts';
 import { isProcessAlive, type LocalProvisioner } from '../provisioner/server.ts';
 import type { CreatedQueue } from '../queue-setup.ts';
-import type { SandboxRecord } from './workload.ts';
+import type { LeakedSandbox, SandboxRecord } from './workload.ts';
 
 /** Root runs of the demo's users that still carry the fence, oldest first. */
 const PENDING_FENCES = `
@@ -55,12 +55,16 @@ export interface GroundTruth {
   reusedGenerations: string[];
   /** Messages in each dead-letter queue (visible and in flight). */
   deadLetterQueues: Record<string, number>;
+  /** The sandboxes the workload leaked on purpose that the provisioner still has (not reclaimed). */
+  leakedStillLive: string[];
 }
 
 export interface GroundTruthSources {
   db: Executor;
   uidPrefix: string;
   sandboxes: readonly SandboxRecord[];
+  /** The sandboxes the workload leaked on purpose (the reclaimer's to delete). */
+  leaked?: readonly LeakedSandbox[];
   provisioner: LocalProvisioner | undefined;
   provisionerUrl: string;
   sqs: SQSClient;
@@ -75,6 +79,10 @@ export async function groundTruth(sources: GroundTruthSources): Promise<GroundTr
     liveSandboxesOf(sources),
     deadLetterCounts(sources.sqs, sources.createdQueues),
   ]);
+  const leakedStillLive = await liveSandboxIds(
+    sources,
+    (sources.leaked ?? []).map((leak) => leak.sandboxId),
+  );
   const aliveProcesses = sandboxes
     .filter((sandbox) => sandbox.pid !== undefined && isProcessAlive(sandbox.pid))
     .map((sandbox) => sandbox.pid!);
@@ -88,6 +96,7 @@ export async function groundTruth(sources: GroundTruthSources): Promise<GroundTr
     processesChecked: provisioner !== undefined,
     reusedGenerations: reusedGenerations(sandboxes),
     deadLetterQueues,
+    leakedStillLive,
   };
 }
 
@@ -97,7 +106,18 @@ export function survivingProcesses(sandboxes: readonly SandboxRecord[]): number[
 }
 
 async function liveSandboxesOf(sources: GroundTruthSources): Promise<string[]> {
-  const ids = new Set(sources.sandboxes.map((sandbox) => sandbox.sandboxId));
+  return liveSandboxIds(
+    sources,
+    sources.sandboxes.map((sandbox) => sandbox.sandboxId),
+  );
+}
+
+/** Which of these sandbox ids the provisioner still has. */
+export async function liveSandboxIds(
+  sources: Pick<GroundTruthSources, 'provisioner' | 'provisionerUrl'>,
+  sandboxIds: readonly string[],
+): Promise<string[]> {
+  const ids = new Set(sandboxIds);
   if (sources.provisioner) {
     return sources.provisioner
       .liveSandboxes()

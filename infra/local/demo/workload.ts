@@ -85,11 +85,27 @@ export interface WorkloadOptions {
   log: PlatformLog;
   /** The pid and directory of a live sandbox, when the provisioner is the built-in one. */
   describeSandbox?: (sandboxId: string) => { pid: number; dir: string } | undefined;
+  /**
+   * How many runs' admissions crash between creating a sandbox and recording it (the first
+   * `leaks` runs of the plan, after the shuffle): each leaves one sandbox no row names, for the
+   * reclaimer to find. 0 unless told.
+   */
+  leaks?: number;
+}
+
+/** A sandbox the platform created and never recorded (a crash between create and record). */
+export interface LeakedSandbox {
+  readonly runId: string;
+  readonly uid: string;
+  readonly runtimeScopeId: string;
+  readonly sandboxId: string;
 }
 
 export class Workload {
   /** Every sandbox acquired, in order. */
   readonly sandboxes: SandboxRecord[] = [];
+  /** Every sandbox leaked on purpose, in order. */
+  readonly leaked: LeakedSandbox[] = [];
   readonly #options: WorkloadOptions;
   readonly #plans: RunPlan[];
   readonly #leases: LeaseWorkers;
@@ -167,8 +183,24 @@ export class Workload {
     const started = performance.now();
     let refused = 0;
     while (!signal.aborted) {
-      const run = await platform.admitRootRun(scope, { workerId });
+      const crashBeforeRecording = runIndex < (this.#options.leaks ?? 0);
+      const run = await platform.admitRootRun(scope, { workerId, crashBeforeRecording });
       if (run) {
+        if (run.leakedSandboxId) {
+          this.leaked.push({
+            runId: run.runId,
+            uid: scope.uid,
+            runtimeScopeId: scope.runtimeScopeId,
+            sandboxId: run.leakedSandboxId,
+          });
+          log(PlatformMessage.SANDBOX_LEAKED, {
+            runId: run.runId,
+            runIndex,
+            uid: scope.uid,
+            runtimeScopeId: scope.runtimeScopeId,
+            sandboxId: run.leakedSandboxId,
+          });
+        }
         this.#leases.hold(workerId, run.runId);
         const sandbox = describeSandbox?.(run.sandboxId);
         this.sandboxes.push({

@@ -4,6 +4,8 @@ import { dlqCommand } from './dlq.ts';
 import { explainCommand } from './explain.ts';
 import { fencesCommand } from './fences.ts';
 import { forceClearCommand } from './force-clear.ts';
+import { orphansCommand } from './orphans.ts';
+import { reclaimCommand } from './reclaim.ts';
 import { redriveCommand } from './redrive.ts';
 import { retryCommand } from './retry.ts';
 
@@ -15,5 +17,7 @@ export const COMMANDS: readonly Command[] = [
   redriveCommand,
   retryCommand,
   forceClearCommand,
+  orphansCommand,
+  reclaimCommand,
   checkConfigCommand,
 ];

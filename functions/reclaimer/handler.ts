@@ -1,0 +1,182 @@
+import type { Context } from 'aws-lambda';
+import { type CleanupConfig, requireProvisionerUrl } from '../adapters/config.ts';
+import type { Database } from '../adapters/database.ts';
+import { deployedInfrastructure } from '../adapters/deployed-infrastructure.ts';
+import type { ComposedFunction, Infrastructure } from '../adapters/infrastructure.ts';
+import { lambdaEntry } from '../adapters/lambda.ts';
+import { MetricName } from '../adapters/metric-names.ts';
+import type { Telemetry } from '../adapters/observability.ts';
+import { ProvisionerClient } from '../adapters/provisioner-client.ts';
+import { isCleanupError } from '../cleanup/errors.ts';
+import {
+  type ReclaimEvent,
+  type ReclaimReport,
+  type ReclaimSettings,
+  refusalReason,
+  runReclaim,
+  type SandboxLister,
+} from '../cleanup/reclaim.ts';
+import { ReclaimRefusedError } from '../cleanup/reclaim-listing.ts';
+import { SandboxProvider } from '../cleanup/sandbox-provider.ts';
+
+/**
+ * Time kept back from the Lambda deadline after the last DELETE may start: that DELETE's whole
+ * bound, plus this, for ending its records and reporting.
+ */
+export const REPORT_MARGIN_MS = 10_000;
+
+/** The reclaimer's settings from the configuration (shared with `ops orphans` and `ops reclaim`). */
+export function reclaimSettings(config: CleanupConfig): ReclaimSettings & { listTimeoutMs: number } {
+  return {
+    graceSeconds: config.reclaimGraceSeconds,
+    maxPerRun: config.reclaimMaxPerRun,
+    maxSharePercent: config.reclaimMaxSharePercent,
+    runtimeCleanupTimeoutMs: config.runtimeCleanupTimeoutSeconds * 1000,
+    provisionerDeleteTimeoutSeconds: config.provisionerDeleteTimeoutSeconds,
+    lockTimeoutMs: config.databaseLockTimeoutMs,
+    // The listing is bounded like a delete: one request to the same service.
+    listTimeoutMs: config.provisionerDeleteTimeoutSeconds * 1000,
+  };
+}
+
+/** Logs and counts each decision of a run as it is made: every reclaim with its sandbox, scope and why. */
+export function reportReclaimEvent(telemetry: Telemetry, event: ReclaimEvent): void {
+  const { sandbox } = event;
+  const owner = sandbox.owners[0];
+  const facts = {
+    phase: 'reclaim',
+    sandboxId: sandbox.sandboxId,
+    listedGeneration: sandbox.generation,
+    ...(owner ? { uid: owner.uid, runtimeScopeId: owner.runtimeScopeId } : {}),
+    leakReason: sandbox.reason,
+    seenLeakedSince: sandbox.firstSeenAt?.toISOString() ?? null,
+  };
+  switch (event.kind) {
+    case 'reclaimed':
+      telemetry.logger.info('leaked sandbox reclaimed', {
+        ...facts,
+        outcome: event.outcome,
+        deletedGeneration: event.generation,
+      });
+      telemetry.count(MetricName.SANDBOXES_RECLAIMED, { reason: sandbox.reason ?? 'unknown' });
+      return;
+    case 'skipped':
+      telemetry.logger.info('leaked sandbox kept: its scope holds it now', {
+        ...facts,
+        verdict: event.verdict,
+        holdingUid: event.uid,
+        holdingRuntimeScopeId: event.runtimeScopeId,
+      });
+      telemetry.count(MetricName.RECLAIM_REFUSED, { reason: event.verdict });
+      return;
+    case 'unconfirmed':
+      telemetry.logger.warn('leaked sandbox not confirmed gone', { ...facts, why: event.why });
+      telemetry.count(MetricName.RECLAIM_REFUSED, { reason: 'unconfirmed' });
+      return;
+    case 'failed': {
+      const error = event.error;
+      telemetry.logger.warn('leaked sandbox reclaim failed; tried again next run', {
+        ...facts,
+        errorCode: isCleanupError(error) ? error.code : undefined,
+        error: error instanceof Error ? error.message : String(error),
+      });
+      telemetry.count(MetricName.RECLAIM_REFUSED, { reason: 'delete_failed' });
+      return;
+    }
+  }
+}
+
+export type ReclaimerResult =
+  | (Omit<ReclaimReport, 'classified' | 'leaked' | 'due'> & {
+      leaked: number;
+      due: number;
+      refused?: undefined;
+    })
+  | { refused: string; message: string };
+
+/**
+ * reclaimer: on a schedule, lists the provisioner's sandboxes and deletes those no scope has owned
+ * for the grace (functions/cleanup/reclaim.ts). A refused run (a listing it cannot trust, or a
+ * runaway share) deletes nothing, says why and is counted for the alarm; it is not an invocation
+ * error, since retrying it at once would find the same listing.
+ */
+export function createReclaimerHandler(deps: {
+  db: Database;
+  provider: SandboxProvider;
+  lister: SandboxLister;
+  telemetry: Telemetry;
+  config: CleanupConfig;
+}): (event: unknown, context: Context) => Promise<ReclaimerResult> {
+  const { telemetry, config } = deps;
+  const settings = reclaimSettings(config);
+  return async (_event, context) => {
+    const remaining = context?.getRemainingTimeInMillis?.();
+    const startDeletesBeforeMs =
+      remaining === undefined
+        ? undefined
+        : Date.now() + remaining - settings.runtimeCleanupTimeoutMs - REPORT_MARGIN_MS;
+    let report: ReclaimReport;
+    try {
+      report = await runReclaim(
+        {
+          db: deps.db,
+          provider: deps.provider,
+          lister: deps.lister,
+          onEvent: (event) => reportReclaimEvent(telemetry, event),
+        },
+        { ...settings, ...(startDeletesBeforeMs !== undefined ? { startDeletesBeforeMs } : {}) },
+      );
+    } catch (error) {
+      if (!(error instanceof ReclaimRefusedError)) throw error;
+      telemetry.logger.error('reclaim run refused: nothing recorded, nothing deleted', {
+        phase: 'reclaim',
+        reason: error.reason,
+        error: error.message,
+        ...error.details,
+      });
+      telemetry.count(MetricName.RECLAIM_REFUSED, { reason: refusalReason(error) });
+      telemetry.metrics.addMetric(MetricName.RECLAIM_REFUSED, 'Count', 1);
+      return { refused: error.reason, message: error.message };
+    }
+    telemetry.metrics.addMetric(MetricName.RECLAIM_REFUSED, 'Count', 0);
+    telemetry.metrics.addMetric(MetricName.SANDBOXES_LISTED, 'Count', report.listed);
+    telemetry.metrics.addMetric(MetricName.SANDBOXES_LEAKED, 'Count', report.leaked.length);
+    telemetry.metrics.addMetric(MetricName.OLDEST_LEAK_AGE, 'Seconds', report.oldestLeakAgeSeconds);
+    const log = report.failed
+      ? telemetry.logger.warn.bind(telemetry.logger)
+      : telemetry.logger.info.bind(telemetry.logger);
+    log('reclaim finished', {
+      phase: 'reclaim',
+      listed: report.listed,
+      leaked: report.leaked.length,
+      due: report.due.length,
+      reclaimed: report.reclaimed,
+      kept: report.skipped,
+      failed: report.failed,
+      deferred: report.deferred,
+      oldestLeakAgeSeconds: report.oldestLeakAgeSeconds,
+    });
+    const { classified: _classified, ...rest } = report;
+    return { ...rest, leaked: report.leaked.length, due: report.due.length };
+  };
+}
+
+/** The composition root: the database and the provisioner (list and delete), nothing else. */
+export async function composeReclaimer(
+  infrastructure: Infrastructure,
+): Promise<ComposedFunction<unknown, ReclaimerResult>> {
+  const { config } = infrastructure;
+  const provisionerUrl = requireProvisionerUrl(config);
+  const telemetry = infrastructure.telemetry('reclaimer');
+  const db = await infrastructure.database('reclaimer', telemetry);
+  const client = new ProvisionerClient(provisionerUrl);
+  const provider = new SandboxProvider({
+    client,
+    releaseLockTimeoutMs: config.releaseLockTimeoutSeconds * 1000,
+    provisionerDeleteTimeoutMs: config.provisionerDeleteTimeoutSeconds * 1000,
+  });
+  const handler = createReclaimerHandler({ config, db, provider, lister: client, telemetry });
+  return { handler, telemetry, close: () => provider.close() };
+}
+
+export const handler = lambdaEntry(() => composeReclaimer(deployedInfrastructure()));

@@ -1,0 +1,110 @@
+/**
+ * `orphans`: the reclaimer's dry run. Lists the provisioner's live sandboxes, classifies each
+ * against the database exactly as a reclaim run would, and shows what would be reclaimed now and
+ * why, and what is leaked but still waiting (and for what). Records nothing, deletes nothing.
+ */
+import { requireProvisionerUrl } from '../../../functions/adapters/config.ts';
+import { ProvisionerClient } from '../../../functions/adapters/provisioner-client.ts';
+import { type ClassifiedSandbox, planOrphans, type ReclaimPlan } from '../../../functions/cleanup/reclaim.ts';
+import { ReclaimRefusal, ReclaimRefusedError } from '../../../functions/cleanup/reclaim-listing.ts';
+import { reclaimSettings } from '../../../functions/reclaimer/handler.ts';
+import type { Command, CommandOutput } from '../command.ts';
+import type { OpsContext } from '../context.ts';
+import { ExitCode } from '../exit-codes.ts';
+import { orDash, plural, renderTable } from '../format.ts';
+
+export interface OrphanView {
+  sandboxId: string;
+  listedGeneration: number | null;
+  owners: Array<{
+    uid: string;
+    runtimeScopeId: string;
+    generation: number;
+    released: boolean;
+    hold: string | null;
+  }>;
+  leaked: boolean;
+  reason: string | null;
+  /** Null: reclaimed by the next run (within RECLAIM_MAX_PER_RUN). */
+  waiting: string | null;
+  seenLeakedSince: string | null;
+}
+
+export function orphanView(sandbox: ClassifiedSandbox): OrphanView {
+  return {
+    sandboxId: sandbox.sandboxId,
+    listedGeneration: sandbox.generation,
+    owners: sandbox.owners,
+    leaked: sandbox.leaked,
+    reason: sandbox.reason,
+    waiting: sandbox.waiting,
+    seenLeakedSince: sandbox.firstSeenAt?.toISOString() ?? null,
+  };
+}
+
+export function renderOrphans(plan: ReclaimPlan): string {
+  const due = new Set(plan.due.map((sandbox) => sandbox.sandboxId));
+  const heading = `${plural(plan.listed, 'live sandbox', 'live sandboxes')} listed, ${plan.leaked.length} leaked, ${plan.due.length} due now${plan.deferred ? ` (${plan.deferred} more over RECLAIM_MAX_PER_RUN)` : ''}`;
+  if (!plan.leaked.length) return `${heading}.`;
+  const table = renderTable(
+    ['SANDBOX', 'GEN', 'SCOPE', 'WHY LEAKED', 'SEEN LEAKED SINCE', 'STATE'],
+    plan.leaked.map((sandbox) => [
+      sandbox.sandboxId,
+      orDash(sandbox.generation),
+      sandbox.owners.length
+        ? sandbox.owners.map((owner) => `${owner.uid}/${owner.runtimeScopeId}`).join(', ')
+        : '-',
+      orDash(sandbox.reason),
+      orDash(sandbox.firstSeenAt?.toISOString()),
+      due.has(sandbox.sandboxId) ? 'due' : orDash(sandbox.waiting),
+    ]),
+  );
+  return `${heading}\n${table}`;
+}
+
+/** A refused listing or a runaway share, as the CLI reports it: not a bug, and nothing was done. */
+export function refusedOutput(error: ReclaimRefusedError): CommandOutput {
+  const exitCode = error.reason === ReclaimRefusal.LIST_UNAVAILABLE ? ExitCode.UNREACHABLE : ExitCode.REFUSED;
+  return {
+    result: { refused: error.reason, message: error.message, details: error.details },
+    text: `Refused (${error.reason}): ${error.message}. Nothing was recorded or deleted.`,
+    exitCode,
+    warning: `reclaim refused (${error.reason}): ${error.message}`,
+  };
+}
+
+/** The provisioner the functions use; the CLI requires it (it has no built-in one to fall back to). */
+export function opsProvisioner(context: OpsContext): ProvisionerClient {
+  return new ProvisionerClient(requireProvisionerUrl(context.config));
+}
+
+export const orphansCommand: Command = {
+  name: 'orphans',
+  arguments: [],
+  summary: 'dry run of the reclaimer: leaked sandboxes, why, and which are due now',
+  details:
+    'Lists GET /api/sandboxes at SANDBOX_PROVISIONER_URL and classifies each sandbox against the database.\n' +
+    'Records nothing and deletes nothing. Exit 1 when the listing is refused (hostile or runaway), 3 when unreachable.',
+  options: {},
+  async run(_input, context) {
+    const db = await context.database();
+    const client = opsProvisioner(context);
+    try {
+      const plan = await planOrphans({ db, lister: client }, reclaimSettings(context.config));
+      return {
+        result: {
+          listed: plan.listed,
+          leaked: plan.leaked.map(orphanView),
+          due: plan.due.map((sandbox) => sandbox.sandboxId),
+          deferred: plan.deferred,
+        },
+        text: renderOrphans(plan),
+      };
+    } catch (error) {
+      if (error instanceof ReclaimRefusedError) return refusedOutput(error);
+      throw error;
+    } finally {
+      await client.close();
+    }
+  },
+};

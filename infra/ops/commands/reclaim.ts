@@ -1,0 +1,111 @@
+/**
+ * `reclaim --yes`: one reclaim run now, exactly as the scheduled reclaimer does it (the same
+ * streaks, grace, guard, bounds and client). Without `--yes` it is `orphans`: nothing is changed.
+ */
+import { MetricName } from '../../../functions/adapters/metric-names.ts';
+import { planOrphans, type ReclaimEvent, runReclaim } from '../../../functions/cleanup/reclaim.ts';
+import { ReclaimRefusedError } from '../../../functions/cleanup/reclaim-listing.ts';
+import { SandboxProvider } from '../../../functions/cleanup/sandbox-provider.ts';
+import { reclaimSettings, reportReclaimEvent } from '../../../functions/reclaimer/handler.ts';
+import type { Command } from '../command.ts';
+import { ExitCode } from '../exit-codes.ts';
+import { plural } from '../format.ts';
+import { opsProvisioner, orphanView, refusedOutput, renderOrphans } from './orphans.ts';
+
+function eventLine(event: ReclaimEvent): string {
+  const { sandboxId, reason } = event.sandbox;
+  switch (event.kind) {
+    case 'reclaimed':
+      return `  reclaimed ${sandboxId} generation ${event.generation} (${reason}): ${event.outcome}`;
+    case 'skipped':
+      return `  kept      ${sandboxId}: ${event.verdict}${event.runtimeScopeId ? ` (${event.uid}/${event.runtimeScopeId})` : ''}`;
+    case 'unconfirmed':
+      return `  unconfirmed ${sandboxId}: ${event.why}`;
+    case 'failed':
+      return `  failed    ${sandboxId}: ${event.error instanceof Error ? event.error.message : String(event.error)}`;
+  }
+}
+
+export const reclaimCommand: Command = {
+  name: 'reclaim',
+  arguments: [],
+  summary: 'run the reclaimer now: delete the leaked sandboxes that are due (dry run unless --yes)',
+  details:
+    'Deletes only what a scheduled run would: leaked on listings at least RECLAIM_GRACE_SECONDS apart, its scope idle\n' +
+    'that long, at most RECLAIM_MAX_PER_RUN, each behind the reclaim guard. Exit 4 when a DELETE failed (try again).',
+  options: {
+    yes: { type: 'boolean', description: 'do it; without this flag nothing is changed (as orphans)' },
+  },
+  async run(input, context) {
+    const db = await context.database();
+    const client = opsProvisioner(context);
+    const settings = reclaimSettings(context.config);
+    try {
+      if (input.options.yes !== true) {
+        const plan = await planOrphans({ db, lister: client }, settings);
+        return {
+          result: {
+            applied: false,
+            due: plan.due.map((sandbox) => sandbox.sandboxId),
+            leaked: plan.leaked.map(orphanView),
+          },
+          text: `Dry run: nothing was changed. With --yes, reclaim would delete ${plural(plan.due.length, 'sandbox', 'sandboxes')}.\n${renderOrphans(plan)}`,
+        };
+      }
+      const provider = new SandboxProvider({
+        client,
+        releaseLockTimeoutMs: context.config.releaseLockTimeoutSeconds * 1000,
+        provisionerDeleteTimeoutMs: context.config.provisionerDeleteTimeoutSeconds * 1000,
+      });
+      const telemetry = context.telemetry();
+      const events: ReclaimEvent[] = [];
+      const report = await runReclaim(
+        {
+          db,
+          provider,
+          lister: client,
+          onEvent: (event) => {
+            events.push(event);
+            reportReclaimEvent(telemetry, event);
+          },
+        },
+        settings,
+      );
+      telemetry.count(MetricName.SANDBOXES_LISTED, {}, report.listed);
+      const failed = events.filter((event) => event.kind === 'failed' || event.kind === 'unconfirmed').length;
+      return {
+        result: {
+          applied: true,
+          listed: report.listed,
+          leaked: report.leaked.length,
+          reclaimed: report.reclaimed,
+          kept: report.skipped,
+          failed: report.failed,
+          deferred: report.deferred,
+          events: events.map((event) => ({
+            kind: event.kind,
+            sandboxId: event.sandbox.sandboxId,
+            reason: event.sandbox.reason,
+            ...(event.kind === 'reclaimed' ? { outcome: event.outcome, generation: event.generation } : {}),
+            ...(event.kind === 'skipped' ? { verdict: event.verdict } : {}),
+          })),
+        },
+        text: [
+          `${report.listed} listed, ${report.leaked.length} leaked: reclaimed ${report.reclaimed}, kept ${report.skipped}, failed ${report.failed}${report.deferred ? `, ${report.deferred} left for the next run` : ''}.`,
+          ...events.map(eventLine),
+        ].join('\n'),
+        ...(failed
+          ? {
+              exitCode: ExitCode.BUSY,
+              warning: `${plural(failed, 'reclaim')} did not complete; they stay leaked and are tried again next run`,
+            }
+          : {}),
+      };
+    } catch (error) {
+      if (error instanceof ReclaimRefusedError) return refusedOutput(error);
+      throw error;
+    } finally {
+      await client.close();
+    }
+  },
+};

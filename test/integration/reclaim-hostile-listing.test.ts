@@ -1,0 +1,194 @@
+/**
+ * A hostile or odd provisioner listing (a real HTTP server answering GET /api/sandboxes as told):
+ * every reply the reclaimer cannot fully trust refuses the run with its reason, records nothing
+ * and sends no DELETE, even for sandboxes that are long-leaked by the database's account.
+ */
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { ProvisionerClient } from '../../functions/adapters/provisioner-client.ts';
+import { runReclaim } from '../../functions/cleanup/reclaim.ts';
+import {
+  MAX_LIST_BODY_BYTES,
+  ReclaimRefusal,
+  ReclaimRefusedError,
+} from '../../functions/cleanup/reclaim-listing.ts';
+import { SandboxProvider } from '../../functions/cleanup/sandbox-provider.ts';
+import { useDatabaseFixture } from '../support/fixtures.ts';
+import { rejectionOf } from '../support/probes.ts';
+
+const database = useDatabaseFixture();
+
+interface Reply {
+  status: number;
+  body: string | Buffer;
+  contentType?: string;
+}
+let reply: Reply;
+const requests: string[] = [];
+let server: Server;
+let client: ProvisionerClient;
+let provider: SandboxProvider;
+
+beforeAll(async () => {
+  server = createServer((request, response) => {
+    requests.push(`${request.method} ${request.url}`);
+    response.writeHead(reply.status, { 'content-type': reply.contentType ?? 'application/json' });
+    response.end(reply.body);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  client = new ProvisionerClient(url);
+  provider = new SandboxProvider({ client, releaseLockTimeoutMs: 2_000, provisionerDeleteTimeoutMs: 2_000 });
+});
+afterAll(async () => {
+  await client?.close();
+  await new Promise((resolve) => server?.close(resolve));
+});
+beforeEach(async () => {
+  requests.length = 0;
+  // Long-leaked by the database's account: only the listing stands between them and a DELETE.
+  await database.t.db.query('DELETE FROM runtime_reclaim_sightings');
+  await database.t.db.query(
+    "INSERT INTO runtime_reclaim_sightings (sandbox_id, listed_generation, first_seen_at) VALUES ('sbx-a', 1, now() - interval '1 day'), ('sbx-b', 1, now() - interval '1 day')",
+  );
+});
+
+const entry = (id: string, extra: Record<string, unknown> = {}) => ({
+  sandbox_id: id,
+  sandbox_url: `http://x/${id}`,
+  status: 'running',
+  generation: 1,
+  ...extra,
+});
+
+const HOSTILE: Array<{ name: string; reply: Reply; reason: string }> = [
+  {
+    name: 'an HTML page from a catch-all server',
+    reply: { status: 200, body: '<html>hi</html>', contentType: 'text/html' },
+    reason: ReclaimRefusal.LIST_NOT_JSON,
+  },
+  { name: 'an empty body', reply: { status: 200, body: '' }, reason: ReclaimRefusal.LIST_NOT_JSON },
+  { name: 'a JSON array', reply: { status: 200, body: '[]' }, reason: ReclaimRefusal.LIST_BAD_SHAPE },
+  {
+    name: 'no sandboxes array',
+    reply: { status: 200, body: '{"count":0}' },
+    reason: ReclaimRefusal.LIST_BAD_SHAPE,
+  },
+  {
+    name: 'sandboxes as an object',
+    reply: { status: 200, body: '{"sandboxes":{}}' },
+    reason: ReclaimRefusal.LIST_BAD_SHAPE,
+  },
+  {
+    name: 'an entry without sandbox_id',
+    reply: { status: 200, body: JSON.stringify({ sandboxes: [{ status: 'running' }], count: 1 }) },
+    reason: ReclaimRefusal.LIST_BAD_ENTRY,
+  },
+  {
+    name: 'a dot-segment sandbox id',
+    reply: { status: 200, body: JSON.stringify({ sandboxes: [entry('..')], count: 1 }) },
+    reason: ReclaimRefusal.LIST_BAD_ENTRY,
+  },
+  {
+    name: 'a negative generation',
+    reply: {
+      status: 200,
+      body: JSON.stringify({ sandboxes: [entry('sbx-c', { generation: -1 })], count: 1 }),
+    },
+    reason: ReclaimRefusal.LIST_BAD_ENTRY,
+  },
+  {
+    name: 'a fractional generation',
+    reply: {
+      status: 200,
+      body: JSON.stringify({ sandboxes: [entry('sbx-c', { generation: 1.5 })], count: 1 }),
+    },
+    reason: ReclaimRefusal.LIST_BAD_ENTRY,
+  },
+  {
+    name: 'one id twice',
+    reply: { status: 200, body: JSON.stringify({ sandboxes: [entry('sbx-c'), entry('sbx-c')], count: 2 }) },
+    reason: ReclaimRefusal.LIST_DUPLICATE,
+  },
+  {
+    name: 'a count above the entries (a page of a paginated listing)',
+    reply: { status: 200, body: JSON.stringify({ sandboxes: [entry('sbx-c')], count: 500 }) },
+    reason: ReclaimRefusal.LIST_COUNT_MISMATCH,
+  },
+  { name: 'a 503', reply: { status: 503, body: 'busy' }, reason: ReclaimRefusal.LIST_UNAVAILABLE },
+  {
+    name: 'a 404 (a provisioner without the list endpoint)',
+    reply: { status: 404, body: '{}' },
+    reason: ReclaimRefusal.LIST_REJECTED,
+  },
+];
+
+function run() {
+  return runReclaim(
+    { db: database.t.db, provider, lister: client },
+    {
+      graceSeconds: 60,
+      maxPerRun: 50,
+      maxSharePercent: 100,
+      runtimeCleanupTimeoutMs: 5_000,
+      provisionerDeleteTimeoutSeconds: 2,
+      lockTimeoutMs: 2_000,
+      listTimeoutMs: 2_000,
+    },
+  );
+}
+
+async function sightings(): Promise<string[]> {
+  const { rows } = await database.t.db.query<{ sandbox_id: string }>(
+    'SELECT sandbox_id FROM runtime_reclaim_sightings ORDER BY sandbox_id',
+  );
+  return rows.map((row) => row.sandbox_id);
+}
+
+describe('a listing the reclaimer cannot trust refuses the run: nothing recorded, nothing deleted', () => {
+  it.each(HOSTILE)('$name → $reason', async ({ reply: hostile, reason }) => {
+    reply = hostile;
+    const error = await rejectionOf(run());
+    expect(error).toBeInstanceOf(ReclaimRefusedError);
+    expect((error as ReclaimRefusedError).reason).toBe(reason);
+    expect(requests).toEqual(['GET /api/sandboxes']);
+    expect(await sightings()).toEqual(['sbx-a', 'sbx-b']);
+  });
+
+  it(`a reply larger than ${MAX_LIST_BODY_BYTES} bytes is not read to its end`, async () => {
+    reply = { status: 200, body: Buffer.alloc(MAX_LIST_BODY_BYTES + 1024, 0x20) };
+    const error = await rejectionOf(run());
+    expect((error as ReclaimRefusedError).reason).toBe(ReclaimRefusal.LIST_TOO_LARGE);
+    expect(requests).toEqual(['GET /api/sandboxes']);
+  });
+
+  it('a well-formed listing of the same server is acted on (the refusals above are about the reply)', async () => {
+    reply = { status: 200, body: JSON.stringify({ sandboxes: [entry('sbx-a'), entry('sbx-b')], count: 2 }) };
+    const report = await run();
+    expect(report.reclaimed).toBe(2);
+    expect(requests.sort()).toEqual([
+      'DELETE /api/sandboxes/sbx-a?generation=1',
+      'DELETE /api/sandboxes/sbx-b?generation=1',
+      'GET /api/sandboxes',
+    ]);
+  });
+
+  it('a listing without generation and without count (the platform provisioner today) is accepted', async () => {
+    reply = {
+      status: 200,
+      body: JSON.stringify({ sandboxes: [{ sandbox_id: 'sbx-a', sandbox_url: 'u', status: 'running' }] }),
+    };
+    const report = await run();
+    expect(report.listed).toBe(1);
+    expect(report.classified[0]).toMatchObject({
+      sandboxId: 'sbx-a',
+      generation: null,
+      generationGuessed: true,
+    });
+    // Its streak had a generation; a listing without one is another sandbox as far as the streak
+    // knows: it starts again, and nothing is deleted yet.
+    expect(report.reclaimed).toBe(0);
+    expect(requests).toEqual(['GET /api/sandboxes']);
+  });
+});

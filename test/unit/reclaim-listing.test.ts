@@ -1,0 +1,77 @@
+/**
+ * The provisioner's listing as the reclaimer reads it (contract v1.1 section 3), and the share
+ * rule: what is accepted, and what refuses a whole reclaim run with which reason.
+ */
+import { describe, expect, it } from 'vitest';
+import { refuseRunaway, SHARE_RULE_MIN_LEAKED } from '../../functions/cleanup/reclaim.ts';
+import {
+  parseSandboxListing,
+  ReclaimRefusal,
+  ReclaimRefusedError,
+} from '../../functions/cleanup/reclaim-listing.ts';
+
+function refusalOf(work: () => unknown): ReclaimRefusedError {
+  try {
+    work();
+  } catch (error) {
+    expect(error).toBeInstanceOf(ReclaimRefusedError);
+    return error as ReclaimRefusedError;
+  }
+  throw new Error('expected a refusal');
+}
+
+describe('parseSandboxListing', () => {
+  it('reads entries with and without generation, and a listing without count', () => {
+    expect(
+      parseSandboxListing(
+        JSON.stringify({
+          sandboxes: [
+            { sandbox_id: 'a', sandbox_url: 'u', status: 'running', generation: 3 },
+            { sandbox_id: 'b', sandbox_url: 'u', status: 'running' },
+            { sandbox_id: 'c', generation: '7', extra: true },
+          ],
+        }),
+      ),
+    ).toEqual([
+      { sandboxId: 'a', generation: 3, status: 'running' },
+      { sandboxId: 'b', generation: null, status: 'running' },
+      { sandboxId: 'c', generation: 7, status: null },
+    ]);
+    expect(parseSandboxListing('{"sandboxes":[],"count":0}')).toEqual([]);
+  });
+
+  it.each([
+    ['not JSON', '<html>', ReclaimRefusal.LIST_NOT_JSON],
+    ['null', 'null', ReclaimRefusal.LIST_BAD_SHAPE],
+    ['a string', '"x"', ReclaimRefusal.LIST_BAD_SHAPE],
+    ['sandboxes missing', '{}', ReclaimRefusal.LIST_BAD_SHAPE],
+    ['an entry that is a string', '{"sandboxes":["a"]}', ReclaimRefusal.LIST_BAD_ENTRY],
+    ['a numeric id', '{"sandboxes":[{"sandbox_id":5}]}', ReclaimRefusal.LIST_BAD_ENTRY],
+    ['an empty id', '{"sandboxes":[{"sandbox_id":""}]}', ReclaimRefusal.LIST_BAD_ENTRY],
+    ['an id with a newline', '{"sandboxes":[{"sandbox_id":"a\\nb"}]}', ReclaimRefusal.LIST_BAD_ENTRY],
+    ['a lone surrogate', '{"sandboxes":[{"sandbox_id":"\\ud800"}]}', ReclaimRefusal.LIST_BAD_ENTRY],
+    [
+      'an unsafe generation',
+      '{"sandboxes":[{"sandbox_id":"a","generation":1e300}]}',
+      ReclaimRefusal.LIST_BAD_ENTRY,
+    ],
+    ['a status object', '{"sandboxes":[{"sandbox_id":"a","status":{}}]}', ReclaimRefusal.LIST_BAD_ENTRY],
+    ['a duplicate', '{"sandboxes":[{"sandbox_id":"a"},{"sandbox_id":"a"}]}', ReclaimRefusal.LIST_DUPLICATE],
+    ['count below', '{"sandboxes":[{"sandbox_id":"a"}],"count":0}', ReclaimRefusal.LIST_COUNT_MISMATCH],
+    ['count as text', '{"sandboxes":[],"count":"0"}', ReclaimRefusal.LIST_COUNT_MISMATCH],
+  ])('refuses %s', (_name, text, reason) => {
+    expect(refusalOf(() => parseSandboxListing(text)).reason).toBe(reason);
+  });
+});
+
+describe('the share rule', () => {
+  it(`does not apply below ${SHARE_RULE_MIN_LEAKED} leaked sandboxes`, () => {
+    expect(() => refuseRunaway(SHARE_RULE_MIN_LEAKED - 1, SHARE_RULE_MIN_LEAKED - 1, 1)).not.toThrow();
+  });
+
+  it('refuses above the share and accepts at it', () => {
+    expect(refusalOf(() => refuseRunaway(20, 11, 50)).reason).toBe(ReclaimRefusal.SHARE_EXCEEDED);
+    expect(() => refuseRunaway(20, 10, 50)).not.toThrow();
+    expect(() => refuseRunaway(1000, 1000, 100)).not.toThrow();
+  });
+});

@@ -132,7 +132,7 @@ const UPPER_BOUNDS: Record<keyof typeof CONFIG_DEFAULTS, { max: number; why: str
   RECLAIM_GRACE_SECONDS: secondsTimer(),
   // One run's DELETEs are sent within one invocation (at most 15 minutes).
   RECLAIM_MAX_PER_RUN: { max: 10_000, why: 'more DELETEs than one reclaimer run can send' },
-  RECLAIM_MAX_SHARE_PERCENT: { max: 100, why: 'a percentage from 1 to 100' },
+  RECLAIM_MAX_SHARE_PERCENT: { max: 100, why: 'a share of the listing' },
 };
 
 function secondsTimer() {
@@ -152,6 +152,9 @@ function positiveInteger(env: Env, name: keyof typeof CONFIG_DEFAULTS): number {
     throw new ConfigError(name, raw, 'must be a positive integer');
   }
   const { max, why } = UPPER_BOUNDS[name];
+  if (name === 'RECLAIM_MAX_SHARE_PERCENT' && value > max) {
+    throw new ConfigError(name, raw, 'must be a percentage from 1 to 100');
+  }
   if (value > max) throw new ConfigError(name, raw, `must be at most ${max}: ${why}`);
   return value;
 }
@@ -225,13 +228,6 @@ export function loadConfig(env: Env = process.env): CleanupConfig {
     );
   }
   const reclaimMaxSharePercent = positiveInteger(env, 'RECLAIM_MAX_SHARE_PERCENT');
-  if (reclaimMaxSharePercent > 100) {
-    throw new ConfigError(
-      'RECLAIM_MAX_SHARE_PERCENT',
-      String(env.RECLAIM_MAX_SHARE_PERCENT),
-      'must be a percentage from 1 to 100',
-    );
-  }
   const databaseUrl = optionalPostgresUrl(env, 'DATABASE_URL');
   const databaseUrlParameter = optionalParameterName(env, 'DATABASE_URL_PARAMETER');
   if (databaseUrl && databaseUrlParameter) {

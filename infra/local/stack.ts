@@ -259,7 +259,12 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     });
     for (const source of sources) source.start();
     cleanups.push(async () => {
-      await Promise.all(sources.map((source) => source.stop()));
+      // A source's stop waits for its running invocations, and a release waiting on a hung DELETE
+      // would hold it for the whole delete timeout: end the polls, then abort the DELETEs (the
+      // fences stay up and the in-flight records keep the scopes closed), then wait.
+      const stopped = Promise.all(sources.map((source) => source.stop()));
+      await composed.release.close().catch(() => {});
+      await stopped;
     });
     await Promise.all(sources.map((source) => source.polling));
 
@@ -290,6 +295,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       }, config.reclaimIntervalSeconds * 1000);
       cleanups.push(async () => {
         clearInterval(timer);
+        // As for the releases: a reclaim DELETE that hangs is aborted, not waited for.
+        if (reclaiming) await reclaimerFunction.close().catch(() => {});
         await reclaiming?.catch(() => {});
       });
     }

@@ -80,7 +80,7 @@ beforeAll(async () => {
     restoreStderr();
   }
   await writeReport(result, RESULTS_DIR, 'fixed-seed');
-}, 120_000);
+}, 300_000);
 
 afterAll(async () => {
   await t?.drop();

@@ -156,6 +156,7 @@ export async function judgeFinalHistory(input: {
     acked: messages.acked,
     decoys: input.production.decoys,
     liveSandboxIds: new Set(live.map((sandbox) => sandbox.id)),
+    protocolDeletes: history.deletes,
   });
   const replies = checkProvisionerReplies({
     releaseDeadLetters,

@@ -37,6 +37,12 @@ export function checkForgedReleases(input: {
   acked: ReadonlySet<string>;
   decoys: ReadonlySet<string>;
   liveSandboxIds: ReadonlySet<string>;
+  /**
+   * The fence protocol's DELETEs (the reclaimer's left out). When given, a decoy counts as
+   * deleted only if one of them deleted it: the reclaimer rightly collects a decoy, which no scope
+   * owns, once its grace has passed, and that is invariant GC's to judge, not G's.
+   */
+  protocolDeletes?: readonly DeleteRequest[];
 }): { violations: Violation[]; checked: number } {
   const violations: Violation[] = [];
   let checked = 0;
@@ -61,6 +67,14 @@ export function checkForgedReleases(input: {
   for (const decoy of input.decoys) {
     checked += 1;
     if (input.liveSandboxIds.has(decoy)) continue;
+    if (
+      input.protocolDeletes &&
+      !input.protocolDeletes.some(
+        (request) => request.sandboxId === decoy && request.deletedGeneration !== undefined,
+      )
+    ) {
+      continue;
+    }
     violations.push({
       invariant: Invariant.FORGED_RELEASES_REFUSED,
       key: `G:decoy:${decoy}`,

@@ -257,6 +257,38 @@ describe('forged releases are refused with their own reason (invariant G)', () =
     });
     expect(wrongCode.violations.map((v) => v.invariant)).toEqual([Invariant.FORGED_RELEASES_REFUSED]);
   });
+
+  it('leaves a decoy the reclaimer collected to invariant GC, and flags one a release deleted', () => {
+    const base = {
+      forged: new Map<string, ForgedExpectation>(),
+      releaseDeadLetters: [],
+      acked: new Set<string>(),
+      decoys: new Set(['sbx-decoy']),
+      liveSandboxIds: new Set<string>(),
+    };
+    const releaseDelete = {
+      seq: 1,
+      path: '/api/sandboxes/sbx-decoy',
+      sandboxId: 'sbx-decoy',
+      generation: 1,
+      status: 200,
+      outcome: 'deleted',
+      fault: undefined,
+      startedAt: 1,
+      endedAt: 2,
+      deletedGeneration: 1,
+    };
+    // Gone, but no DELETE of the fence protocol removed it: the reclaimer did.
+    expect(checkForgedReleases({ ...base, protocolDeletes: [] }).violations).toEqual([]);
+    // A DELETE of the protocol that did not delete it (refused, 404) is not a deletion either.
+    expect(
+      checkForgedReleases({ ...base, protocolDeletes: [{ ...releaseDelete, deletedGeneration: undefined }] })
+        .violations,
+    ).toEqual([]);
+    expect(
+      checkForgedReleases({ ...base, protocolDeletes: [releaseDelete] }).violations.map((v) => v.key),
+    ).toEqual(['G:decoy:sbx-decoy']);
+  });
 });
 
 describe('the provisioner replies of contract v1.1 §3 are honoured (invariant R)', () => {

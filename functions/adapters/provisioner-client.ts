@@ -32,9 +32,11 @@ import { parseRetryAfter } from './retry-after.ts';
  * The provisioner's `DELETE /api/sandboxes/{id}?generation=G` over undici, with the contract's
  * reply semantics (v1.1, section 3):
  *
- *   200 with a JSON object, or 204: deleted · 404, 410: absent (gone) · 409 {current_generation:
- *   N}: N > G superseded (success), N < G anomaly · 408, 429, 5xx, connection errors, timeouts
- *   retryable, a 429's or 503's Retry-After carried to the consumer · a 200 without a JSON object
+ *   200 with a JSON object, or 204: deleted · 404, 410 with no body or a JSON one: absent (gone)
+ *   · 409 {current_generation: N}: N > G superseded (success), N < G anomaly · 408, 429, 5xx,
+ *   connection errors, timeouts retryable, a 429's or 503's Retry-After carried to the consumer ·
+ *   a 200 without a JSON object, or whose object reports a failure or names another sandbox or
+ *   generation, and a 404/410 page (HTML, text) from whatever else answers at a wrong URL:
  *   unconfirmed (non-retryable) · other 4xx non-retryable.
  *
  * 410 is reported as ABSENT rather than as an outcome of its own: the outcome travels in the
@@ -229,16 +231,31 @@ export class ProvisionerClient implements SandboxDeleteClient {
       );
     }
     if (statusCode === 200) {
-      const refusal = await confirmationRefusal(response);
-      if (refusal === undefined) return ReleaseOutcome.DELETED;
+      const answer = await confirmationRefusal(response, context);
+      if (answer === undefined) return ReleaseOutcome.DELETED;
+      if (answer.notYet) {
+        // The body says the delete was accepted but is not done: a 202 in a 200's clothes.
+        throw new ProvisionerUnavailableError(
+          `provisioner accepted the delete but has not done it yet (${answer.refusal})`,
+          { ...context, status: statusCode, refusal: answer.refusal, [DELETE_MAY_STILL_ACT]: true },
+        );
+      }
       throw new ProvisionerUnconfirmedError(
-        `provisioner answered 200 without confirming the delete (${refusal}): not the provisioner's API at this URL? check SANDBOX_PROVISIONER_URL`,
+        `provisioner answered 200 without confirming the delete (${answer.refusal}): not the provisioner's API at this URL? check SANDBOX_PROVISIONER_URL`,
+        { ...context, status: statusCode, refusal: answer.refusal },
+      );
+    }
+    if (statusCode === 404 || statusCode === 410) {
+      const refusal = await absenceRefusal(response, context);
+      if (refusal === undefined) return ReleaseOutcome.ABSENT;
+      throw new ProvisionerUnconfirmedError(
+        `provisioner answered ${statusCode}, but not as the provisioner's "no such sandbox" (${refusal}): a wrong path or a missing route at this URL? check SANDBOX_PROVISIONER_URL`,
         { ...context, status: statusCode, refusal },
       );
     }
-    if (statusCode === 204 || statusCode === 404 || statusCode === 410) {
+    if (statusCode === 204) {
       await response.body.dump({ limit: MAX_RESPONSE_BODY_BYTES });
-      return statusCode === 204 ? ReleaseOutcome.DELETED : ReleaseOutcome.ABSENT;
+      return ReleaseOutcome.DELETED;
     }
     // An error answer may explain itself (RFC 9457 problem details, or a JSON `error`): the
     // explanation goes into the failure's reason, bounded, on one line. The status alone decides.
@@ -366,59 +383,182 @@ async function readLimited(
   return Buffer.concat(chunks).toString('utf8');
 }
 
-/**
- * Why a 200 does not confirm the delete, or undefined when it does. The platform's provisioner
- * answers a deleted sandbox with 200, `Content-Type: application/json` and a JSON object. A 200
- * confirms only with both: a JSON media type (`application/json` or `…+json`) AND a body (at most
- * MAX_RESPONSE_BODY_BYTES) that parses as a JSON object. A catch-all web server at a wrong URL
- * (an HTML page, an SPA's index.html), a health route's empty 200, or another API's array or
- * string fails one or the other. Refusing a real confirmation costs a dead letter with this
- * reason; accepting a false one clears a fence while its sandbox lives.
- */
-async function confirmationRefusal(response: Dispatcher.ResponseData): Promise<string | undefined> {
+/** The media type of an answer, lower case, without parameters ('' when there is none). */
+function mediaTypeOf(response: Dispatcher.ResponseData): string {
+  return (headerValue(response.headers['content-type']) ?? '').split(';')[0]?.trim().toLowerCase() ?? '';
+}
+
+function isJsonMediaType(mediaType: string): boolean {
+  return mediaType === 'application/json' || mediaType.endsWith('+json');
+}
+
+function describeContentType(response: Dispatcher.ResponseData): string {
   const contentType = headerValue(response.headers['content-type']);
-  const mediaType = (contentType ?? '').split(';')[0]?.trim().toLowerCase() ?? '';
-  if (mediaType !== 'application/json' && !mediaType.endsWith('+json')) {
+  return contentType === undefined
+    ? 'no Content-Type'
+    : `Content-Type ${JSON.stringify(contentType.slice(0, 100))} is not JSON`;
+}
+
+/** Why a 200 does not confirm the delete; `notYet` when it says the delete is still to happen. */
+interface Refusal {
+  readonly refusal: string;
+  readonly notYet?: boolean;
+}
+
+/**
+ * Why a 200 does not confirm the delete, or undefined when it does. The contract (v1.1, section
+ * 3): "a 200 must carry a JSON body". The platform's provisioner answers a deleted sandbox with
+ * 200, `Content-Type: application/json` and a JSON object. A 200 confirms only with both: a JSON
+ * media type (`application/json` or `…+json`) AND a body (at most MAX_RESPONSE_BODY_BYTES) that
+ * parses as a JSON object, which neither reports a failure nor names another sandbox or
+ * generation. A catch-all web server at a wrong URL (an HTML page, an SPA's index.html), a health
+ * route's empty 200, another API's array or string, or a gateway wrapping a failure in a 200 fails
+ * one or the other. Refusing a real confirmation costs a dead letter with this reason; accepting a
+ * false one clears a fence while its sandbox lives.
+ */
+async function confirmationRefusal(
+  response: Dispatcher.ResponseData,
+  request: { sandboxId: string; generation: number },
+): Promise<Refusal | undefined> {
+  const mediaType = mediaTypeOf(response);
+  if (!isJsonMediaType(mediaType)) {
     // Consumed (up to the limit) rather than destroyed: destroying an unread undici body emits an
     // 'error' (AbortError) that nobody listens to, which would crash the process.
     await response.body.dump({ limit: MAX_RESPONSE_BODY_BYTES });
-    return contentType === undefined
-      ? 'no Content-Type'
-      : `Content-Type ${JSON.stringify(contentType.slice(0, 100))} is not JSON`;
+    return { refusal: describeContentType(response) };
   }
   const text = await readLimited(response.body, MAX_RESPONSE_BODY_BYTES);
+  if (text === undefined) return { refusal: `body larger than ${MAX_RESPONSE_BODY_BYTES} bytes` };
+  if (text.trim() === '') return { refusal: 'empty body' };
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    return { refusal: 'body is not JSON' };
+  }
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+    return {
+      refusal: `body is JSON ${body === null ? 'null' : Array.isArray(body) ? 'array' : typeof body}, not an object`,
+    };
+  }
+  if (mediaType === PROBLEM_JSON) {
+    return {
+      refusal: `body is a problem report (${PROBLEM_JSON}), not a confirmation${problemText(body, ': ')}`,
+    };
+  }
+  const record = body as Record<string, unknown>;
+  const pending = pendingStatus(record);
+  if (pending !== undefined) return { refusal: `body says ${pending}`, notYet: true };
+  const failure = reportedFailure(record);
+  if (failure !== undefined)
+    return { refusal: `body reports a failure (${failure})${problemText(body, ': ')}` };
+  const mismatch = namesAnotherSandbox(record, request);
+  if (mismatch !== undefined) return { refusal: mismatch };
+  return undefined;
+}
+
+/**
+ * Why a 404 or 410 is not the provisioner's "no such sandbox", or undefined when it is. The
+ * contract gives a 404 no body of its own, so the provisioner's answer is one with no body or a
+ * JSON one (the platform's provisioner answers `{"error": …}`). A web server or an ingress at a
+ * wrong path prefix, or in front of a missing backend, answers a 404 PAGE (HTML, plain text): read
+ * as "absent", it would clear every fence while every sandbox lives, with the success metrics
+ * green. A JSON body that names another sandbox is not about this one either.
+ */
+async function absenceRefusal(
+  response: Dispatcher.ResponseData,
+  request: { sandboxId: string; generation: number },
+): Promise<string | undefined> {
+  const mediaType = mediaTypeOf(response);
+  const text = await readLimited(response.body, MAX_RESPONSE_BODY_BYTES);
   if (text === undefined) return `body larger than ${MAX_RESPONSE_BODY_BYTES} bytes`;
-  if (text.trim() === '') return 'empty body';
+  if (text.trim() === '') return undefined;
+  if (!isJsonMediaType(mediaType)) return `a body with ${describeContentType(response)}`;
   let body: unknown;
   try {
     body = JSON.parse(text);
   } catch {
     return 'body is not JSON';
   }
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
-    return `body is JSON ${body === null ? 'null' : Array.isArray(body) ? 'array' : typeof body}, not an object`;
-  }
-  if (mediaType === PROBLEM_JSON) {
-    return `body is a problem report (${PROBLEM_JSON}), not a confirmation${problemText(body, ': ')}`;
-  }
-  const failure = reportedFailure(body as Record<string, unknown>);
-  if (failure !== undefined) return `body reports a failure (${failure})${problemText(body, ': ')}`;
-  return undefined;
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) return undefined;
+  const record = body as Record<string, unknown>;
+  return record.sandbox_id !== undefined && record.sandbox_id !== request.sandboxId
+    ? `body names sandbox ${JSON.stringify(String(record.sandbox_id).slice(0, 80))}, not the one being deleted`
+    : undefined;
 }
 
 /** RFC 9457: the media type of an error report, whatever the status says. */
 const PROBLEM_JSON = 'application/problem+json';
 
+/** `status` words that mean "accepted, not done yet" (what a 202 says), or "did not happen". */
+const NOT_DONE_STATUSES = new Set(['pending', 'accepted', 'queued', 'in_progress', 'deleting', 'processing']);
+const FAILED_STATUSES = new Set(['failed', 'failure', 'error', 'errored', 'rejected']);
+
+function statusWord(body: Record<string, unknown>): string | undefined {
+  return typeof body.status === 'string'
+    ? body.status
+        .trim()
+        .toLowerCase()
+        .replace(/[\s-]+/g, '_')
+    : undefined;
+}
+
+function pendingStatus(body: Record<string, unknown>): string | undefined {
+  const status = statusWord(body);
+  return status !== undefined && NOT_DONE_STATUSES.has(status)
+    ? `status ${JSON.stringify(body.status)}: the delete is not done yet`
+    : undefined;
+}
+
 /**
  * A 200 whose JSON object says, in the usual ways, that the operation failed: `ok: false`,
- * `success: false`, or an `error` that is set. A gateway or framework that wraps every answer in
- * a 200 reports failures like this; counting it as deleted would clear a fence over a live sandbox.
+ * `success: false`, `deleted: false`, an `error` that is set, a non-empty `errors` list (GraphQL,
+ * JSON:API), a failed `status` word, or a `status`/`statusCode` number of an HTTP error. A gateway
+ * or framework that wraps every answer in a 200 reports failures like this; counting it as deleted
+ * would clear a fence over a live sandbox.
  */
 function reportedFailure(body: Record<string, unknown>): string | undefined {
   if (body.ok === false) return 'ok: false';
   if (body.success === false) return 'success: false';
+  if (body.deleted === false) return 'deleted: false';
   if (body.error !== undefined && body.error !== null && body.error !== false && body.error !== '') {
     return 'error is set';
+  }
+  if (Array.isArray(body.errors) ? body.errors.length > 0 : isSet(body.errors)) return 'errors is set';
+  const status = statusWord(body);
+  if (status !== undefined && FAILED_STATUSES.has(status)) return `status ${JSON.stringify(body.status)}`;
+  for (const field of ['status', 'statusCode', 'status_code'] as const) {
+    const value = body[field];
+    if (typeof value === 'number' && value >= 400) return `${field} ${value}`;
+  }
+  return undefined;
+}
+
+function isSet(value: unknown): boolean {
+  if (value === undefined || value === null || value === false || value === '') return false;
+  return !(typeof value === 'object' && Object.keys(value).length === 0);
+}
+
+/**
+ * A confirmation of ANOTHER delete: the body names a sandbox or a generation that is not the one
+ * asked for (a proxy mixing answers up, a provisioner ignoring `?generation=`). `generation` may
+ * be a number or a string of digits.
+ */
+function namesAnotherSandbox(
+  body: Record<string, unknown>,
+  request: { sandboxId: string; generation: number },
+): string | undefined {
+  if (body.sandbox_id !== undefined && body.sandbox_id !== request.sandboxId) {
+    return `body names sandbox ${JSON.stringify(String(body.sandbox_id).slice(0, 80))}, not the one being deleted`;
+  }
+  if (body.generation !== undefined) {
+    const named =
+      typeof body.generation === 'string' && /^\d+$/.test(body.generation)
+        ? Number(body.generation)
+        : body.generation;
+    if (named !== request.generation) {
+      return `body names generation ${JSON.stringify(body.generation)}, not the generation ${request.generation} being deleted`;
+    }
   }
   return undefined;
 }
@@ -431,8 +571,7 @@ const MAX_PROBLEM_LENGTH = 200;
  * a JSON body of at most MAX_RESPONSE_BODY_BYTES; anything else is drained and ignored.
  */
 async function problemSummary(response: Dispatcher.ResponseData): Promise<string | undefined> {
-  const mediaType = (headerValue(response.headers['content-type']) ?? '').split(';')[0]?.trim().toLowerCase();
-  if (mediaType !== 'application/json' && !mediaType?.endsWith('+json')) {
+  if (!isJsonMediaType(mediaTypeOf(response))) {
     await response.body.dump({ limit: MAX_RESPONSE_BODY_BYTES });
     return undefined;
   }

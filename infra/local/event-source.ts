@@ -6,10 +6,20 @@
  * costs one receive per poller per 20 s, a busy one one receive and one delete per batch. A handler that throws, or runs past its function timeout, has
  * nothing deleted: the whole batch comes back after the visibility timeout, as in Lambda.
  *
+ * A timed-out invocation: Lambda kills it, so production never runs two invocations of one message
+ * (or, FIFO, of one message group) at once. Here a handler cannot be killed, so at its function
+ * timeout the invocation is ABORTED (its context's `abortSignal` fires, and
+ * `getRemainingTimeInMillis` is 0) and reported through `onError`; and until it has actually
+ * returned, its poller takes no other batch and its batch is kept invisible (its visibility extended
+ * while it runs), so SQS hands neither the message nor its FIFO group to another invocation. Once it
+ * returns, the batch's visibility is set to what is left of the timeout it was received with: it
+ * comes back when it would have after a killed Lambda invocation, and nothing of it is deleted.
+ *
  * `concurrency` pollers per queue stand in for Lambda's concurrent instances (for FIFO queues,
  * SQS itself keeps one message group in flight at a time).
  */
 import {
+  ChangeMessageVisibilityBatchCommand,
   DeleteMessageBatchCommand,
   type Message,
   type MessageAttributeValue,
@@ -105,11 +115,24 @@ export function toSqsRecord(message: Message, queueArn: string, region: string):
   };
 }
 
+/**
+ * The local context: Lambda's, plus the signal that aborts the invocation at its function timeout
+ * (where Lambda would kill it). Local only; a handler that reads it must not rely on it deployed.
+ */
+export interface LocalLambdaContext extends Context {
+  readonly abortSignal: AbortSignal;
+}
+
 /** A Lambda-like context: the function's name and a deadline `timeoutSeconds` from now. */
-export function localLambdaContext(functionName: string, timeoutSeconds: number): Context {
+export function localLambdaContext(
+  functionName: string,
+  timeoutSeconds: number,
+  abortSignal: AbortSignal = new AbortController().signal,
+): LocalLambdaContext {
   const deadline = Date.now() + timeoutSeconds * 1000;
   invocationSequence += 1;
   return {
+    abortSignal,
     callbackWaitsForEmptyEventLoop: false,
     functionName,
     functionVersion: '$LATEST',
@@ -118,7 +141,8 @@ export function localLambdaContext(functionName: string, timeoutSeconds: number)
     awsRequestId: `local-${process.pid}-${invocationSequence}`,
     logGroupName: `/aws/lambda/${functionName}`,
     logStreamName: 'local',
-    getRemainingTimeInMillis: () => Math.max(0, deadline - Date.now()),
+    // An aborted invocation has no time left, whatever the clock says.
+    getRemainingTimeInMillis: () => (abortSignal.aborted ? 0 : Math.max(0, deadline - Date.now())),
     done: () => {},
     fail: () => {},
     succeed: () => {},
@@ -141,6 +165,11 @@ export function createEventSource(options: EventSourceOptions): EventSource {
     options.timeoutSeconds + 10,
   );
   let stopped = true;
+  /** Resolves at stop(): a timed-out invocation that never returns is then held no longer. */
+  let stopNow: () => void = () => {};
+  let stopping = new Promise<void>((resolve) => {
+    stopNow = resolve;
+  });
   /** The receives waiting right now, one per idle poller, aborted by stop(). */
   const receiving = new Set<AbortController>();
   let loops: Promise<void>[] = [];
@@ -196,19 +225,83 @@ export function createEventSource(options: EventSourceOptions): EventSource {
     }
   };
 
+  /** Sets the visibility of every message of `messages` (ChangeMessageVisibilityBatch, by ten). */
+  const setVisibility = async (messages: readonly Message[], seconds: number) => {
+    for (let start = 0; start < messages.length; start += 10) {
+      const chunk = messages.slice(start, start + 10);
+      const output = await options.client.send(
+        new ChangeMessageVisibilityBatchCommand({
+          QueueUrl: options.queueUrl,
+          Entries: chunk.map((message, index) => ({
+            Id: String(index),
+            ReceiptHandle: message.ReceiptHandle!,
+            VisibilityTimeout: seconds,
+          })),
+        }),
+      );
+      for (const failure of output.Failed ?? []) {
+        options.onError?.(
+          new Error(
+            `ChangeMessageVisibilityBatch refused an entry: ${failure.Code} ${failure.Message ?? ''}`,
+          ),
+        );
+      }
+    }
+  };
+
+  /**
+   * A timed-out invocation that has not returned: its batch is kept invisible (visibility extended
+   * every third of the visibility timeout) until it does, or until stop(). Then the batch gets what
+   * was left of the visibility it was received with, as after a killed Lambda invocation.
+   */
+  const holdUntilSettled = async (
+    messages: readonly Message[],
+    settled: Promise<unknown>,
+    receivedAt: number,
+  ) => {
+    const extend = () =>
+      setVisibility(messages, visibilityTimeout).catch((error: Error) => options.onError?.(error));
+    await extend();
+    const heartbeat = setInterval(extend, Math.max(1, Math.floor(visibilityTimeout / 3)) * 1000);
+    try {
+      await Promise.race([settled, stopping]);
+    } finally {
+      clearInterval(heartbeat);
+    }
+    const leftSeconds = Math.max(0, Math.ceil((receivedAt + visibilityTimeout * 1000 - Date.now()) / 1000));
+    await setVisibility(messages, leftSeconds).catch((error: Error) => options.onError?.(error));
+  };
+
   /** One invocation: the handler, then the deletes its partial batch response allows. */
-  const invoke = async (messages: Message[]): Promise<Message[]> => {
+  const invoke = async (messages: Message[], receivedAt: number): Promise<Message[]> => {
     const event: SQSEvent = { Records: messages.map((m) => toSqsRecord(m, options.queueArn, region)) };
-    const context = localLambdaContext(options.functionName, options.timeoutSeconds);
+    const abort = new AbortController();
+    const context = localLambdaContext(options.functionName, options.timeoutSeconds, abort.signal);
     const invokedAt = Date.now();
     let timer: NodeJS.Timeout | undefined;
     const timedOut = new Promise<'timeout'>((resolve) => {
       timer = setTimeout(() => resolve('timeout'), options.timeoutSeconds * 1000);
     });
+    // Settles (never rejects) when the handler has actually returned or thrown.
+    const running = (async () => options.handler(event, context))();
+    const settled = running.then(
+      () => undefined,
+      () => undefined,
+    );
     try {
-      const response = await Promise.race([options.handler(event, context), timedOut]);
+      const response = await Promise.race([running, timedOut]);
       if (response === 'timeout') {
+        abort.abort(
+          new Error(`${options.functionName}: function timed out after ${options.timeoutSeconds} s`),
+        );
+        options.onError?.(
+          new Error(
+            `${options.functionName} invocation ${context.awsRequestId} timed out after ${options.timeoutSeconds} s; ` +
+              'aborted, and its batch is held invisible until it returns (Lambda would have killed it)',
+          ),
+        );
         options.onInvocation?.({ records: messages.length, failed: messages.length, threw: true });
+        await holdUntilSettled(messages, settled, receivedAt);
         return [];
       }
       const failed = new Set((response?.batchItemFailures ?? []).map((item) => item.itemIdentifier));
@@ -239,8 +332,10 @@ export function createEventSource(options: EventSourceOptions): EventSource {
         continue;
       }
       if (!messages.length) continue;
+      // The visibility timeout runs from here: when SQS handed the batch over.
+      const receivedAt = Date.now();
       // Received before a stop: handled and acknowledged, as Lambda finishes a running invocation.
-      const toDelete = await invoke(messages);
+      const toDelete = await invoke(messages, receivedAt);
       if (!toDelete.length) continue;
       try {
         await acknowledge(toDelete);
@@ -255,10 +350,14 @@ export function createEventSource(options: EventSourceOptions): EventSource {
     start() {
       if (!stopped) return;
       stopped = false;
+      stopping = new Promise<void>((resolve) => {
+        stopNow = resolve;
+      });
       loops = signals.map((signal) => poll(signal));
     },
     async stop() {
       stopped = true;
+      stopNow();
       // A poller waiting in a long poll would otherwise hold stop() for up to 20 s. A message the
       // emulator hands to an aborted receive stays in flight until its visibility timeout, as a
       // message received by a stopping Lambda event source mapping does.

@@ -11,6 +11,7 @@ export const OpsErrorCode = {
   DATABASE_LOGIN_REFUSED: 'DATABASE_LOGIN_REFUSED',
   DATABASE_READ_ONLY: 'DATABASE_READ_ONLY',
   DATABASE_LOCKED: 'DATABASE_LOCKED',
+  SCOPE_BLOCKED: 'SCOPE_BLOCKED',
 } as const;
 export type OpsErrorCode = (typeof OpsErrorCode)[keyof typeof OpsErrorCode];
 
@@ -62,6 +63,16 @@ export class DatabaseReadOnlyError extends OpsError {
  */
 export class DatabaseLockedError extends OpsError {
   readonly code = OpsErrorCode.DATABASE_LOCKED;
+  readonly exitCode = ExitCode.BUSY;
+}
+
+/**
+ * force-clear found its own earlier clear done, but the scope is blocked now by another root run's
+ * fence: announcing `runtime-cleaned` would tell the platform the scope is clean while it is not.
+ * Nothing to redo; the other fence's cleanup announces the scope when it ends. Busy (exit 4).
+ */
+export class ScopeBlockedError extends OpsError {
+  readonly code = OpsErrorCode.SCOPE_BLOCKED;
   readonly exitCode = ExitCode.BUSY;
 }
 

@@ -9,10 +9,13 @@ import { fileURLToPath } from 'node:url';
 import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { QueueName } from '../../functions/adapters/queues.ts';
+import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
+import { beginRelease, ReleaseGuard } from '../../functions/cleanup/release-guard.ts';
 import { type AnswerDroppingProxy, startAnswerDroppingProxy } from '../support/answer-dropping-proxy.ts';
 import { type ChildRun, runChild } from '../support/child-process.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
-import { fenceOf, finishedRootRun } from '../support/factories.ts';
+import { fenceOf, finishedRootRun, insertOtherRun } from '../support/factories.ts';
+import { releaseNeeded } from '../support/probes.ts';
 import { type SqsEmulator, startSqsEmulator } from '../support/sqs-emulator.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -142,5 +145,40 @@ describe('force-clear whose COMMIT answer is lost', () => {
     expect(otherActor.code).toBe(1);
     expect(await overridesOf(scenario.rootRunId)).toBe(1);
     expect(await cleanedEventsOf(scenario.rootRunId)).toHaveLength(2);
+  });
+
+  it('the retry refuses with exit 4 and announces nothing while the scope is blocked now (a sibling deleting, or fenced)', async () => {
+    const scenario = await finishedRootRun(t.db);
+    const args = ['force-clear', scenario.rootRunId, '--reason', 'stuck', '--actor', 'oncall-d', '--yes'];
+    const first = await ops(args);
+    expect(first.code, first.stderr).toBe(0);
+    expect(await cleanedEventsOf(scenario.rootRunId)).toHaveLength(1);
+
+    // Before the operator retries, another root run of the scope ends: its fence blocks the scope ...
+    const sibling = await insertOtherRun(t.db, scenario, {
+      runType: 'resume',
+      status: 'completed',
+      fence: true,
+    });
+    const fenced = await ops(args);
+    expect(fenced.code, fenced.stdout + fenced.stderr).toBe(4);
+    expect(fenced.stderr).toContain('[SCOPE_BLOCKED]');
+    expect(fenced.stderr).toContain('your earlier attempt did force-clear the fence');
+
+    // ... and then its release starts deleting: a DELETE in flight, as forceClear itself refuses.
+    const identity = releaseNeeded(await fenceCheck(t.db, sibling));
+    const guard = await beginRelease(
+      t.db,
+      { ...identity, sandboxId: identity.sandboxId!, generation: identity.generation! },
+      { inFlightSeconds: 600, lockTimeoutMs: 5_000 },
+    );
+    expect(guard.verdict).toBe(ReleaseGuard.PROCEED);
+    const deleting = await ops(args);
+    expect(deleting.code, deleting.stdout + deleting.stderr).toBe(4);
+    expect(deleting.stderr).toContain('[DELETE_IN_FLIGHT]');
+    expect(deleting.stderr).toContain(`the release of run ${sibling}`);
+
+    expect(await overridesOf(scenario.rootRunId)).toBe(1);
+    expect(await cleanedEventsOf(scenario.rootRunId)).toHaveLength(0);
   });
 });

@@ -49,7 +49,7 @@ describe('sandbox lifecycle', () => {
 
     expect(found.status).toBe(200);
     expect(found.body).toMatchObject({ sandbox_id: 'run-1', status: 'running', generation: 1 });
-    expect(missing).toMatchObject({ status: 404, body: { error: 'not found' } });
+    expect(missing).toMatchObject({ status: 404, body: { error: 'no such sandbox', sandbox_id: 'never' } });
   });
 
   it('POST for a live id returns the same sandbox with 200 and starts nothing new', async () => {
@@ -127,6 +127,9 @@ describe('sandbox lifecycle', () => {
       400, 400, 400, 400, 400, 400, 400, 400, 404, 404, 405, 405,
     ]);
     expect(results[0]?.body.error).toEqual(expect.any(String));
+    // An unknown route is a plain-text 404 page, unlike an unknown sandbox's JSON 404: a cleanup
+    // pointed at a wrong path prefix must not read it as "no such sandbox".
+    expect(results[8]?.text).toMatch(/^no such route: GET \/api\/unknown/);
     expect(liveSandbox('run-1').alive).toBe(true);
   });
 

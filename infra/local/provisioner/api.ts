@@ -49,7 +49,7 @@ export async function createSandbox(
 
 export function getSandbox(registry: SandboxRegistry, sandboxId: string, urlOf: SandboxUrlOf): ApiAnswer {
   const sandbox = registry.get(sandboxId);
-  if (!sandbox) return { status: 404, body: { error: 'not found' } };
+  if (!sandbox) return { status: 404, body: { error: 'no such sandbox', sandbox_id: sandboxId } };
   return { status: 200, body: { ...toSandboxBody(sandbox, urlOf) } };
 }
 
@@ -99,7 +99,7 @@ export async function deleteSandbox(
     case 'conflict':
       return { status: 409, body: { current_generation: result.currentGeneration } };
     case 'not-found':
-      return { status: 404, body: { error: 'not found' } };
+      return { status: 404, body: { error: 'no such sandbox', sandbox_id: sandboxId } };
   }
 }
 

@@ -88,6 +88,21 @@ export function sendText(
 }
 
 /**
+ * The answer to a request for a route this server does not have: a 404 in plain text, NOT the
+ * JSON 404 of an unknown sandbox. A cleanup configured with a wrong path prefix then hears what a
+ * web server at a wrong URL says (a 404 page), and refuses it as unconfirmed instead of reading
+ * "no such sandbox": the local stack shows the difference production has to make.
+ */
+export function sendUnknownRoute(response: ServerResponse, method: string, path: string): void {
+  sendText(
+    response,
+    404,
+    `no such route: ${method} ${path.slice(0, 200)} (the sandbox provisioner's API is under /api/sandboxes)\n`,
+    { contentType: 'text/plain; charset=utf-8' },
+  );
+}
+
+/**
  * Sends `body` (a JSON object) padded with a `padding` string to exactly `bytes` bytes (or
  * unpadded if it is already longer), streamed with backpressure. Still valid JSON, so a
  * client that reads it all parses the real answer; one that caps its body size fails.

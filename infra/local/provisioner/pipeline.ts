@@ -20,6 +20,7 @@ import {
   sendJsonSlowly,
   sendOversizedJson,
   sendText,
+  sendUnknownRoute,
 } from './http-io.ts';
 import { parseRoute, type Route } from './routes.ts';
 import type { SandboxRegistry } from './sandboxes.ts';
@@ -80,7 +81,7 @@ export function createApiPipeline(deps: PipelineDependencies) {
         entry.generation = route.generation;
       }
       audit.announce(entry);
-      if (route.kind === 'not-found') return sendJson(response, 404, { error: 'not found' });
+      if (route.kind === 'not-found') return sendUnknownRoute(response, entry.method, entry.path);
       if (route.kind === 'method-not-allowed') {
         response.setHeader('allow', route.allow.join(', '));
         return sendJson(response, 405, { error: 'method not allowed' });

@@ -10,7 +10,7 @@
 import { userInfo } from 'node:os';
 import { publishCleaned } from '../../../functions/adapters/publish.ts';
 import { QueueName } from '../../../functions/adapters/queues.ts';
-import { ErrorCode, isCleanupError } from '../../../functions/cleanup/errors.ts';
+import { ErrorCode, isCleanupError, OperationRefusedError } from '../../../functions/cleanup/errors.ts';
 import {
   type ForceClearPlan,
   type ForceClearResult,
@@ -18,10 +18,10 @@ import {
 } from '../../../functions/cleanup/force-clear.ts';
 import { type Command, stringOption } from '../command.ts';
 import type { OpsContext } from '../context.ts';
-import { UsageError } from '../errors.ts';
+import { ScopeBlockedError, UsageError } from '../errors.ts';
 import { ExitCode } from '../exit-codes.ts';
 import { describeFailure } from '../failure.ts';
-import { EARLIER_ATTEMPT_WINDOW_SECONDS, findEarlierAttempt } from '../forced-clears.ts';
+import { EARLIER_ATTEMPT_WINDOW_SECONDS, type EarlierAttempt, findEarlierAttempt } from '../forced-clears.ts';
 import { isoTime } from '../format.ts';
 
 export interface ForceClearOutput {
@@ -67,6 +67,7 @@ async function clearOrRecognise(
       reason: request.reason.trim(),
     });
     if (!earlier) throw error;
+    if (earlier.blockedBy) throw blockedRefusal(request.runId, earlier);
     const plan: ForceClearPlan = {
       runId: request.runId,
       uid: earlier.uid,
@@ -83,6 +84,40 @@ async function clearOrRecognise(
       alreadyCleared: true,
     };
   }
+}
+
+/**
+ * The earlier clear happened, but the scope is blocked NOW, where forceClear itself would refuse
+ * (exit 4): "cleaned" is not announced. Once the scope is unblocked the announcement comes from
+ * whatever unblocks it (the release's finalize), not from here.
+ */
+function blockedRefusal(runId: string, earlier: EarlierAttempt): Error {
+  const done = `your earlier attempt did force-clear the fence of run ${JSON.stringify(runId)} (override #${earlier.overrideId} at ${earlier.forcedAt}), but ${QueueName.RUNTIME_CLEANED} is not announced:`;
+  const context = {
+    runId,
+    uid: earlier.uid,
+    runtimeScopeId: earlier.runtimeScopeId,
+    overrideId: earlier.overrideId,
+  };
+  const block = earlier.blockedBy!;
+  if (block.kind === 'delete_in_flight') {
+    return new OperationRefusedError(
+      ErrorCode.DELETE_IN_FLIGHT,
+      `${done} a DELETE of sandbox ${block.sandboxId} generation ${block.generation} (the release of run ${block.releaseRunId}) ` +
+        `may still be in flight for the scope until ${block.until}. Nothing to redo: that release's cleanup announces the scope when it ends.`,
+      {
+        ...context,
+        deleteInFlightUntil: block.until,
+        deleteInFlightRunId: block.releaseRunId,
+        sandboxId: block.sandboxId,
+        generation: block.generation,
+      },
+    );
+  }
+  return new ScopeBlockedError(
+    `${done} another root run of scope ${earlier.uid} / ${earlier.runtimeScopeId} has a pending fence, so the scope is not clean. ` +
+      `Nothing to redo: that run's cleanup announces the scope when it ends (\`npm run ops -- fences\` lists it).`,
+  );
 }
 
 function actorOf(explicit: string | undefined, env: OpsContext['env']): string {
@@ -129,7 +164,9 @@ export const forceClearCommand: Command = {
     'transaction. The sandbox generation stays recorded as live: the next cleanup of the scope deletes',
     'it. Publishes runtime-cleaned with forced: true.',
     `Run again after a lost answer (same --reason and actor, within ${EARLIER_ATTEMPT_WINDOW_SECONDS / 60} minutes), it recognises`,
-    'its own earlier clear by the audit row and finishes it: publishes, exit 0.',
+    'its own earlier clear by the audit row and finishes it: publishes, exit 0; unless the fence was',
+    'raised again since (exit 1, no pending fence), or the scope is blocked now by a delete in flight',
+    'or another fence (exit 4, the clear stands, nothing announced).',
   ].join('\n'),
   options: {
     reason: {

@@ -118,7 +118,10 @@ function delay(seconds: number | undefined) {
   return seconds && seconds > 0 ? { delaySeconds: Math.min(MAX_SQS_DELAY_SECONDS, Math.round(seconds)) } : {};
 }
 
-/** PostgreSQL's text form of a timestamptz (`2026-11-30 05:12:01.123456+00`) as epoch ms. */
+/**
+ * A fence time as phase 1 emits it (ISO 8601, `2026-11-30T05:12:01.123456+00:00`) or as older
+ * versions did (PostgreSQL's text form, `2026-11-30 05:12:01.123456+00`), as epoch ms.
+ */
 export function postgresTimestampMs(text: string): number {
   const iso = text.replace(' ', 'T').replace(/([+-]\d\d)$/, '$1:00');
   return Date.parse(iso);

@@ -521,13 +521,18 @@ export interface TransactionBounds {
  * transaction-mode pooler. `transaction_timeout` exists from PostgreSQL 17 on: set_config is
  * called only where `current_setting(…, true)` finds the setting, so one text serves every server
  * without asking its version first.
+ *
+ * TimeZone and DateStyle pinned: a timestamp rendered as text must not depend on what the database,
+ * the role or (behind a transaction-mode pooler) another client's session-level SET chose. The
+ * decisions already emit and compare the fence as an instant; this is defence in depth for any
+ * text rendering added later.
  */
 export function beginTransactionStatement(bounds: TransactionBounds): string {
   for (const [name, value] of Object.entries(bounds)) {
     if (!Number.isSafeInteger(value) || value < 0) throw new Error(`${name} must be a non-negative integer`);
   }
   const { lockTimeoutMs, statementTimeoutMs, idleInTransactionTimeoutMs, transactionTimeoutMs } = bounds;
-  return `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = ${lockTimeoutMs}; SET LOCAL statement_timeout = ${statementTimeoutMs}; SET LOCAL idle_in_transaction_session_timeout = ${idleInTransactionTimeoutMs}; SELECT set_config('transaction_timeout', '${transactionTimeoutMs}', true) WHERE current_setting('transaction_timeout', true) IS NOT NULL`;
+  return `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL TimeZone = 'UTC'; SET LOCAL DateStyle = 'ISO, MDY'; SET LOCAL lock_timeout = ${lockTimeoutMs}; SET LOCAL statement_timeout = ${statementTimeoutMs}; SET LOCAL idle_in_transaction_session_timeout = ${idleInTransactionTimeoutMs}; SELECT set_config('transaction_timeout', '${transactionTimeoutMs}', true) WHERE current_setting('transaction_timeout', true) IS NOT NULL`;
 }
 
 /**

@@ -38,3 +38,37 @@ export function nextDeferral(
   if (deferrals > MAX_DEFERRALS) return undefined;
   return { deferrals, delaySeconds: Math.min(MAX_SQS_DELAY_SECONDS, backoffSeconds(deferrals, policy)) };
 }
+
+/**
+ * Restarts of the chain at phase 1 (finalize finding the identity changed, the release guard
+ * finding the scope active or the generation released or another sandbox) are counted like
+ * deferrals, on their own count: a cause that persists (a platform reconciler re-creating the
+ * sandbox of a fenced scope after every delete, two sessions disagreeing about the fence) would
+ * otherwise be a hot loop with one provisioner DELETE per lap and no end. Each restart waits the
+ * backoff delay; after MAX_RESTARTS the message is dead-lettered with IDENTITY_UNSTABLE (the fence
+ * stays up, and the sweeper announces it again, a new chain, once it is due).
+ *
+ * The count travels in every body of the chain (run-finished, release, finalize) and, on the
+ * public run-finished queue, is trusted only with RESTARTS_ATTRIBUTE beside it, as for deferrals.
+ */
+export const MAX_RESTARTS = 5;
+export const RESTARTS_ATTRIBUTE = 'cleanupRestarts';
+
+export function trustedRestarts(
+  bodyRestarts: number | undefined,
+  attributeValue: string | undefined,
+): number | undefined {
+  if (bodyRestarts === undefined || attributeValue === undefined) return undefined;
+  if (!/^\d{1,5}$/.test(attributeValue) || Number(attributeValue) !== bodyRestarts) return undefined;
+  return bodyRestarts >= 1 && bodyRestarts <= MAX_RESTARTS ? bodyRestarts : undefined;
+}
+
+/** The next restart of the chain and its delay, or undefined once MAX_RESTARTS were spent. */
+export function nextRestart(
+  previousRestarts: number | undefined,
+  policy: { baseSeconds: number; maxSeconds: number },
+): { restarts: number; delaySeconds: number } | undefined {
+  const restarts = (previousRestarts ?? 0) + 1;
+  if (restarts > MAX_RESTARTS) return undefined;
+  return { restarts, delaySeconds: Math.min(MAX_SQS_DELAY_SECONDS, backoffSeconds(restarts, policy)) };
+}

@@ -56,6 +56,8 @@ const isoTimestamp = z.iso.datetime({ offset: true });
 export const RunFinishedMessage = z.object({
   runId: id,
   deferrals: z.number().int().min(0).max(10_000).optional().catch(undefined),
+  /** How often the chain restarted at phase 1 (deferral.ts, `trustedRestarts`); same trust rule. */
+  restarts: z.number().int().min(0).max(10_000).optional().catch(undefined),
 });
 export type RunFinishedMessage = z.infer<typeof RunFinishedMessage>;
 
@@ -74,6 +76,8 @@ export const ReleaseCommand = CleanupIdentityBody.extend({
   sandboxId: boundedText(MAX_ID_LENGTH),
   generation,
   requestedAt: isoTimestamp,
+  /** The chain's restarts so far (deferral.ts): an internal queue, the count travels as is. */
+  restarts: z.number().int().min(0).max(10_000).optional(),
 });
 export type ReleaseCommand = z.infer<typeof ReleaseCommand>;
 
@@ -82,6 +86,7 @@ export const FinalizeCommand = CleanupIdentityBody.extend({
   releaseOutcome: z.enum([...Object.values(ReleaseOutcome), 'nothing_to_delete']),
   releasedAt: isoTimestamp,
   deferrals: z.number().int().min(0).max(10_000).optional(),
+  restarts: z.number().int().min(0).max(10_000).optional(),
 });
 export type FinalizeCommand = z.infer<typeof FinalizeCommand>;
 

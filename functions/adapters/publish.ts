@@ -4,7 +4,7 @@
 import { createHash } from 'node:crypto';
 import type { CleanupIdentity, ReleaseOutcome } from '../cleanup/types.ts';
 import { MAX_SQS_DELAY_SECONDS } from './backoff.ts';
-import { DEFERRALS_ATTRIBUTE } from './deferral.ts';
+import { DEFERRALS_ATTRIBUTE, RESTARTS_ATTRIBUTE } from './deferral.ts';
 import {
   assertSendable,
   FinalizeCommand,
@@ -47,8 +47,13 @@ export async function publishRelease(
   queues: Queues,
   identity: CleanupIdentity & { sandboxId: string; generation: number },
   source: { messageId: string; sentTimestamp?: string; receiveCount: number },
+  options: { restarts?: number } = {},
 ): Promise<string> {
-  const body: ReleaseCommand = { ...identity, requestedAt: new Date().toISOString() };
+  const body: ReleaseCommand = {
+    ...identity,
+    requestedAt: new Date().toISOString(),
+    ...(options.restarts ? { restarts: options.restarts } : {}),
+  };
   assertSendable(ReleaseCommand, body, QueueName.RUNTIME_RELEASE);
   return queues.send(QueueName.RUNTIME_RELEASE, body, {
     groupId: releaseGroupId(identity.uid, identity.runtimeScopeId),
@@ -60,13 +65,14 @@ export async function publishFinalize(
   queues: Queues,
   identity: CleanupIdentity,
   releaseOutcome: ReleaseOutcome | 'nothing_to_delete',
-  options: { deferrals?: number; delaySeconds?: number; releasedAt?: string } = {},
+  options: { deferrals?: number; delaySeconds?: number; releasedAt?: string; restarts?: number } = {},
 ): Promise<string> {
   const body: FinalizeCommand = {
-    ...identity,
+    ...cleanupIdentity(identity),
     releaseOutcome,
     releasedAt: options.releasedAt ?? new Date().toISOString(),
     ...(options.deferrals ? { deferrals: options.deferrals } : {}),
+    ...(options.restarts ? { restarts: options.restarts } : {}),
   };
   assertSendable(FinalizeCommand, body, QueueName.RUNTIME_FINALIZE);
   return queues.send(QueueName.RUNTIME_FINALIZE, body, delay(options.delaySeconds));
@@ -75,18 +81,33 @@ export async function publishFinalize(
 export async function announceRunFinished(
   queues: Queues,
   runId: string,
-  options: { deferrals?: number; delaySeconds?: number; reason?: string } = {},
+  options: { deferrals?: number; delaySeconds?: number; reason?: string; restarts?: number } = {},
 ): Promise<string> {
   const body: RunFinishedMessage & { reason?: string } = {
     runId,
     ...(options.deferrals ? { deferrals: options.deferrals } : {}),
+    ...(options.restarts ? { restarts: options.restarts } : {}),
     ...(options.reason ? { reason: options.reason } : {}),
+  };
+  // The counts are trusted only with these attributes beside them (deferral.ts).
+  const attributes: Record<string, string> = {
+    ...(options.deferrals ? { [DEFERRALS_ATTRIBUTE]: String(options.deferrals) } : {}),
+    ...(options.restarts ? { [RESTARTS_ATTRIBUTE]: String(options.restarts) } : {}),
   };
   return queues.send(QueueName.RUN_FINISHED, body, {
     ...delay(options.delaySeconds),
-    // The count is trusted only with this attribute beside it (deferral.ts).
-    ...(options.deferrals ? { attributes: { [DEFERRALS_ATTRIBUTE]: String(options.deferrals) } } : {}),
+    ...(Object.keys(attributes).length ? { attributes } : {}),
   });
+}
+
+/**
+ * Only the identity's own fields: a command passed in as the identity (finalize re-sending
+ * itself, release forwarding its command) must not carry its other fields (an old count, the
+ * release's requestedAt) into the new body.
+ */
+function cleanupIdentity(identity: CleanupIdentity): CleanupIdentity {
+  const { runId, uid, runtimeScopeId, workdirPath, sandboxId, generation, fenceSetAt } = identity;
+  return { runId, uid, runtimeScopeId, workdirPath, sandboxId, generation, fenceSetAt };
 }
 
 export async function publishCleaned(queues: Queues, event: RuntimeCleanedEvent): Promise<string> {
@@ -97,7 +118,10 @@ function delay(seconds: number | undefined) {
   return seconds && seconds > 0 ? { delaySeconds: Math.min(MAX_SQS_DELAY_SECONDS, Math.round(seconds)) } : {};
 }
 
-/** PostgreSQL's text form of a timestamptz (`2026-11-30 05:12:01.123456+00`) as epoch ms. */
+/**
+ * A fence time as phase 1 emits it (ISO 8601, `2026-11-30T05:12:01.123456+00:00`) or as older
+ * versions did (PostgreSQL's text form, `2026-11-30 05:12:01.123456+00`), as epoch ms.
+ */
 export function postgresTimestampMs(text: string): number {
   const iso = text.replace(' ', 'T').replace(/([+-]\d\d)$/, '$1:00');
   return Date.parse(iso);

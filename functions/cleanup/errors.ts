@@ -26,6 +26,9 @@ export const ErrorCode = {
   RELEASE_RUN_NOT_ROOT: 'RELEASE_RUN_NOT_ROOT',
   RELEASE_RUN_NOT_TERMINAL: 'RELEASE_RUN_NOT_TERMINAL',
   RELEASE_SANDBOX_MISMATCH: 'RELEASE_SANDBOX_MISMATCH',
+  // The chain restarted at phase 1 too often in a row (identity changed, scope busy or sandbox
+  // moved at the release): something keeps disagreeing, and another lap would be another DELETE.
+  IDENTITY_UNSTABLE: 'IDENTITY_UNSTABLE',
   // Operator actions (force-clear, retry) refused; nothing was changed.
   REASON_INVALID: 'REASON_INVALID',
   RUN_NOT_ROOT: 'RUN_NOT_ROOT',
@@ -137,6 +140,17 @@ export class ProvisionerBadResponseError extends CleanupError {
  */
 export class ProvisionerUnconfirmedError extends CleanupError {
   readonly code = ErrorCode.PROVISIONER_UNCONFIRMED;
+  readonly retryable = false;
+}
+
+/**
+ * The chain restarted at phase 1 MAX_RESTARTS times in a row and would restart again: a cause that
+ * persists (the platform re-creating the sandbox of a fenced scope after each delete, an identity
+ * two readers disagree about). Dead-lettered with this reason; the fence stays up for the sweeper
+ * and an operator.
+ */
+export class IdentityUnstableError extends CleanupError {
+  readonly code = ErrorCode.IDENTITY_UNSTABLE;
   readonly retryable = false;
 }
 

@@ -14,7 +14,7 @@ import { TERMINAL_RUN_STATUSES } from './types.ts';
 const INSPECT_RUN = `
   WITH RECURSIVE run AS (
     SELECT id, uid, runtime_scope_id, run_type, status, runtime_cleanup_pending,
-           runtime_cleanup_pending_since::text AS fence_set_at, conversation_id, conversation_thread_id
+           to_json(runtime_cleanup_pending_since) #>> '{}' AS fence_set_at, conversation_id, conversation_thread_id
     FROM agent_runs
     WHERE id = $1::text
     FOR UPDATE
@@ -30,9 +30,9 @@ const INSPECT_RUN = `
          coalesce(
            (SELECT a.id FROM agent_runs a
              WHERE a.uid = run.uid AND a.runtime_scope_id = run.runtime_scope_id AND a.id <> run.id
-               AND a.status <> ALL ($2::text[])
+               AND (a.status <> ALL ($2::text[]) OR a.status IS NULL)
              ORDER BY a.id LIMIT 1),
-           (SELECT d.id FROM descendants d WHERE d.status <> ALL ($2::text[]) ORDER BY d.id LIMIT 1)
+           (SELECT d.id FROM descendants d WHERE d.status <> ALL ($2::text[]) OR d.status IS NULL ORDER BY d.id LIMIT 1)
          ) AS active_run_id,
          s.sandbox_id, s.generation::text AS generation,
          runtime_cleanup_generation_released(s.released_at, s.released_sandbox_id, s.released_generation,

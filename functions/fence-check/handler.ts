@@ -1,7 +1,13 @@
 import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { type ConsumerDependencies, createSqsConsumer } from '../adapters/batch.ts';
 import type { Database } from '../adapters/database.ts';
-import { DEFERRALS_ATTRIBUTE, nextDeferral, trustedDeferrals } from '../adapters/deferral.ts';
+import {
+  DEFERRALS_ATTRIBUTE,
+  nextDeferral,
+  RESTARTS_ATTRIBUTE,
+  trustedDeferrals,
+  trustedRestarts,
+} from '../adapters/deferral.ts';
 import { deployedInfrastructure } from '../adapters/deployed-infrastructure.ts';
 import type { ComposedFunction, Infrastructure } from '../adapters/infrastructure.ts';
 import { lambdaEntry, type SqsHandler } from '../adapters/lambda.ts';
@@ -25,6 +31,11 @@ export function createFenceCheckHandler(deps: ConsumerDependencies & { db: Datab
       async processRecord({ record, receiveCount, logger }) {
         const message = parseMessage(RunFinishedMessage, record.body);
         logger.appendKeys({ runId: message.runId, phase: 'fence-check' });
+        // The chain's restarts so far travel on to release and finalize, which count the next one.
+        const restarts = trustedRestarts(
+          message.restarts,
+          record.messageAttributes?.[RESTARTS_ATTRIBUTE]?.stringValue,
+        );
         const result = await fenceCheck(db, message.runId);
         telemetry.count(MetricName.FENCE_CHECK_OUTCOME, { outcome: result.outcome });
 
@@ -40,13 +51,14 @@ export function createFenceCheckHandler(deps: ConsumerDependencies & { db: Datab
               queues,
               { ...identity, sandboxId: identity.sandboxId!, generation: identity.generation! },
               { messageId: record.messageId, sentTimestamp: record.attributes.SentTimestamp, receiveCount },
+              restarts ? { restarts } : {},
             );
             logger.info('fence checked; release requested', { sandboxId: identity.sandboxId });
             return;
           }
           case FenceCheckOutcome.NOTHING_TO_DELETE:
             logger.appendKeys({ uid: result.identity.uid, runtimeScopeId: result.identity.runtimeScopeId });
-            await publishFinalize(queues, result.identity, 'nothing_to_delete');
+            await publishFinalize(queues, result.identity, 'nothing_to_delete', restarts ? { restarts } : {});
             logger.info('fence checked; no live sandbox, finalizing');
             return;
           case FenceCheckOutcome.DEFERRED: {
@@ -57,7 +69,10 @@ export function createFenceCheckHandler(deps: ConsumerDependencies & { db: Datab
             );
             const next = nextDeferral(previous, policy);
             if (next) {
-              await announceRunFinished(queues, message.runId, next);
+              await announceRunFinished(queues, message.runId, {
+                ...next,
+                ...(restarts ? { restarts } : {}),
+              });
               logger.info('fence check deferred; scope still active', {
                 reason: result.reason,
                 blockingRunId: result.blockingRunId,

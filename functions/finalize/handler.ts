@@ -1,7 +1,7 @@
 import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { type ConsumerDependencies, createSqsConsumer } from '../adapters/batch.ts';
 import type { Database } from '../adapters/database.ts';
-import { nextDeferral } from '../adapters/deferral.ts';
+import { MAX_RESTARTS, nextDeferral, nextRestart } from '../adapters/deferral.ts';
 import { deployedInfrastructure } from '../adapters/deployed-infrastructure.ts';
 import type { ComposedFunction, Infrastructure } from '../adapters/infrastructure.ts';
 import { lambdaEntry, type SqsHandler } from '../adapters/lambda.ts';
@@ -14,6 +14,7 @@ import {
   publishFinalize,
 } from '../adapters/publish.ts';
 import { QueueName } from '../adapters/queues.ts';
+import { IdentityUnstableError } from '../cleanup/errors.ts';
 import { finalize } from '../cleanup/finalize.ts';
 import { FinalizeOutcome } from '../cleanup/types.ts';
 
@@ -66,18 +67,31 @@ export function createFinalizeHandler(deps: ConsumerDependencies & { db: Databas
             }
             return;
           }
-          case FinalizeOutcome.IDENTITY_CHANGED:
-            await announceRunFinished(queues, command.runId, { reason: 'identity_changed' });
+          case FinalizeOutcome.IDENTITY_CHANGED: {
+            // A restart is counted and delayed (deferral.ts): a cause that persists must not turn
+            // into one DELETE per lap, without end.
+            const next = nextRestart(command.restarts, policy);
+            if (!next) {
+              throw new IdentityUnstableError(
+                `the identity changed again (${result.changed.join(', ')}) after ${MAX_RESTARTS} restarts at phase 1; fence kept, left to the sweeper`,
+                { changed: result.changed, restarts: command.restarts ?? 0 },
+              );
+            }
+            await announceRunFinished(queues, command.runId, { reason: 'identity_changed', ...next });
             logger.warn('identity changed since the fence check; fence kept, restarting at phase 1', {
               changed: result.changed,
+              restarts: next.restarts,
+              restartInSeconds: next.delaySeconds,
             });
             return;
+          }
           case FinalizeOutcome.DEFERRED: {
             const next = nextDeferral(command.deferrals, policy);
             if (next) {
               await publishFinalize(queues, command, command.releaseOutcome, {
                 ...next,
                 releasedAt: command.releasedAt,
+                ...(command.restarts ? { restarts: command.restarts } : {}),
               });
             }
             logger.info(

@@ -2,6 +2,7 @@ import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { type ConsumerDependencies, createSqsConsumer } from '../adapters/batch.ts';
 import { type CleanupConfig, requireProvisionerUrl } from '../adapters/config.ts';
 import type { Database } from '../adapters/database.ts';
+import { MAX_RESTARTS, nextRestart } from '../adapters/deferral.ts';
 import { deployedInfrastructure } from '../adapters/deployed-infrastructure.ts';
 import type { ComposedFunction, Infrastructure } from '../adapters/infrastructure.ts';
 import { lambdaEntry, type SqsHandler } from '../adapters/lambda.ts';
@@ -10,7 +11,7 @@ import { MetricName } from '../adapters/metric-names.ts';
 import { ProvisionerClient } from '../adapters/provisioner-client.ts';
 import { announceRunFinished, publishFinalize } from '../adapters/publish.ts';
 import { QueueName } from '../adapters/queues.ts';
-import { CleanupError, ErrorCode, ReleaseRefusedError } from '../cleanup/errors.ts';
+import { CleanupError, ErrorCode, IdentityUnstableError, ReleaseRefusedError } from '../cleanup/errors.ts';
 import { release } from '../cleanup/release.ts';
 import {
   beginRelease,
@@ -40,6 +41,7 @@ export function createReleaseHandler(
   deps: ConsumerDependencies & { provider: SandboxProvider; db: Database },
 ): SqsHandler {
   const { provider, queues, telemetry, config, db } = deps;
+  const policy = { baseSeconds: config.retryBaseSeconds, maxSeconds: config.retryMaxSeconds };
   return createSqsConsumer(
     {
       queue: QueueName.RUNTIME_RELEASE,
@@ -71,7 +73,20 @@ export function createReleaseHandler(
             // again from the database (a platform that recorded a new sandbox while the fence was
             // up gets it cleaned without waiting for the sweeper).
             if (error.code === ErrorCode.RELEASE_SANDBOX_MISMATCH) {
-              await announceRunFinished(queues, command.runId, { reason: 'sandbox_mismatch_at_release' });
+              const next = nextRestart(command.restarts, policy);
+              if (next) {
+                await announceRunFinished(queues, command.runId, {
+                  reason: 'sandbox_mismatch_at_release',
+                  ...next,
+                });
+              } else {
+                logger.error(
+                  'not restarting at phase 1: the chain restarted too often; left to the sweeper',
+                  {
+                    restarts: command.restarts,
+                  },
+                );
+              }
             }
           }
           throw error;
@@ -84,10 +99,23 @@ export function createReleaseHandler(
         if (guard.verdict === ReleaseGuard.SCOPE_ACTIVE || guard.verdict === ReleaseGuard.ALREADY_RELEASED) {
           // Restart at phase 1: it defers while the scope is busy, and finds nothing to delete once
           // the generation is gone.
+          // Counted and delayed like every restart (deferral.ts), and dead-lettered past the bound.
           telemetry.count(MetricName.RELEASE_SKIPPED, { reason: guard.verdict });
-          await announceRunFinished(queues, command.runId, { reason: `${guard.verdict}_at_release` });
+          const next = nextRestart(command.restarts, policy);
+          if (!next) {
+            throw new IdentityUnstableError(
+              `the release guard answered ${guard.verdict} after ${MAX_RESTARTS} restarts at phase 1; fence kept, left to the sweeper`,
+              { verdict: guard.verdict, restarts: command.restarts ?? 0 },
+            );
+          }
+          await announceRunFinished(queues, command.runId, {
+            reason: `${guard.verdict}_at_release`,
+            ...next,
+          });
           logger.warn('release skipped; fence check again', {
             reason: guard.verdict,
+            restarts: next.restarts,
+            restartInSeconds: next.delaySeconds,
             ...(guard.verdict === ReleaseGuard.SCOPE_ACTIVE ? { activeRunId: guard.activeRunId } : {}),
           });
           return;
@@ -120,7 +148,12 @@ export function createReleaseHandler(
           telemetry.count(MetricName.RELEASE_SUCCEEDED, { outcome: result.outcome });
           telemetry.milliseconds(MetricName.RELEASE_DURATION, performance.now() - started);
           telemetry.milliseconds(MetricName.RELEASE_LOCK_WAIT, result.lockWaitMs);
-          await publishFinalize(queues, command, result.outcome);
+          await publishFinalize(
+            queues,
+            command,
+            result.outcome,
+            command.restarts ? { restarts: command.restarts } : {},
+          );
           logger.info('sandbox released', {
             sandboxId: command.sandboxId,
             outcome: result.outcome,

@@ -30,15 +30,59 @@
 --    clear the fence (and the caller to publish runtime-cleaned) while the scope's
 --    delete-in-flight record (004) was still live, so a consumer admitting on that event saw the
 --    scope blocked. Finalize now defers (reason delete_in_flight) until the record has ended.
+--
+-- 5. The fence's identity is an instant, not a text. `runtime_cleanup_pending_since` travels
+--    between the phases in the messages; rendered with `::text` it depended on the reading
+--    session's TimeZone and DateStyle, so a session configured otherwise (an operator's
+--    `ALTER DATABASE … SET timezone`, a pooled server connection on which another client ran
+--    `SET TimeZone`) read the same fence as "changed". It is now emitted as ISO 8601 with its
+--    offset (`to_json(ts) #>> '{}'`, independent of both settings) and compared as timestamptz.
+--
+-- 6. NULLs in an adopted platform table (001 adopts an existing `agent_runs` as it is). The
+--    decisions rely on the contract's NOT NULL columns; a NULL `status` read through
+--    `status NOT IN (…)` or `NOT (status = ANY (…))` is neither active nor non-terminal, so a run
+--    whose status was not written yet counted as finished. The contract's NOT NULLs are enforced
+--    below (refusing, with the offending column named, a table holding NULLs), and every
+--    predicate is written so that a NULL status counts as active all the same (a constraint can
+--    be dropped again later). A NULL `runtime_cleanup_pending` reads as "no fence", as in
+--    `runtime_cleanup_blocked` and the fence indexes of 006.
+
+DO $$
+DECLARE
+  col text;
+  nulls bigint;
+BEGIN
+  FOREACH col IN ARRAY ARRAY['uid', 'runtime_scope_id', 'run_type', 'status', 'runtime_cleanup_pending'] LOOP
+    IF EXISTS (SELECT 1 FROM information_schema.columns c
+               WHERE c.table_schema = current_schema() AND c.table_name = 'agent_runs'
+                 AND c.column_name = col AND c.is_nullable = 'YES') THEN
+      EXECUTE format('SELECT count(*) FROM agent_runs WHERE %I IS NULL', col) INTO nulls;
+      IF nulls > 0 THEN
+        RAISE EXCEPTION 'agent_runs.% is NULL in % row(s); the runtime cleanup contract requires it NOT NULL', col, nulls
+          USING ERRCODE = 'not_null_violation',
+                HINT = 'Fill the column in those rows (a run without a status is not finished), then apply the migration again.';
+      END IF;
+      EXECUTE format('ALTER TABLE agent_runs ALTER COLUMN %I SET NOT NULL', col);
+    END IF;
+  END LOOP;
+END
+$$;
+
+-- Runs whose status is NULL, should the NOT NULL above be dropped again: a NULL status counts as
+-- active, and this (normally empty) index lets the scope lookup of runtime_cleanup_active_run
+-- find them beside agent_runs_active_by_scope (a BitmapOr of the two) instead of scanning.
+CREATE INDEX IF NOT EXISTS agent_runs_null_status_by_scope ON agent_runs (uid, runtime_scope_id)
+  WHERE status IS NULL;
 
 ALTER TABLE sandbox_runtimes
   ADD COLUMN IF NOT EXISTS released_sandbox_id text,
   ADD COLUMN IF NOT EXISTS released_generation bigint;
 
--- Marks made before this migration were made by finalize for the row's generation of the time;
--- the 005 trigger has kept them from outliving it since.
-UPDATE sandbox_runtimes SET released_sandbox_id = sandbox_id, released_generation = generation
-  WHERE released_at IS NOT NULL AND released_sandbox_id IS NULL;
+-- No backfill: a mark made before this migration names no generation, so it counts as "not
+-- released". Copying the row's current (sandbox_id, generation) into it would certify exactly the
+-- stale marks described above (a generation recorded under an old released_at by a write that
+-- bypassed the 005 trigger before this migration ran) as released. The cost of not backfilling
+-- is one idempotent DELETE, answered 404, for each such scope at its next cleanup.
 
 -- True when the row's current (sandbox_id, generation) was confirmed gone.
 CREATE OR REPLACE FUNCTION runtime_cleanup_generation_released(
@@ -67,8 +111,9 @@ CREATE OR REPLACE FUNCTION runtime_cleanup_require_read_committed() RETURNS void
   $$;
 
 -- The first non-terminal run, other than p_run_id, in the scope or below p_run_id (a subagent
--- run may live in another scope). Anything that is not a known terminal status counts as active.
--- The statuses are spelled out so the partial index agent_runs_active_by_scope applies.
+-- run may live in another scope). Anything that is not a known terminal status counts as active,
+-- NULL included. The statuses are spelled out so the partial index agent_runs_active_by_scope
+-- applies (with agent_runs_null_status_by_scope for the NULL arm).
 CREATE OR REPLACE FUNCTION runtime_cleanup_active_run(p_uid text, p_runtime_scope_id text, p_run_id text)
   RETURNS text
   LANGUAGE plpgsql VOLATILE
@@ -78,7 +123,7 @@ CREATE OR REPLACE FUNCTION runtime_cleanup_active_run(p_uid text, p_runtime_scop
   BEGIN
     SELECT a.id INTO active_id FROM agent_runs a
       WHERE a.uid = p_uid AND a.runtime_scope_id = p_runtime_scope_id AND a.id <> p_run_id
-        AND a.status NOT IN ('completed', 'failed', 'cancelled', 'interrupted')
+        AND (a.status NOT IN ('completed', 'failed', 'cancelled', 'interrupted') OR a.status IS NULL)
       ORDER BY a.id LIMIT 1;
     IF active_id IS NULL THEN
       WITH RECURSIVE descendants AS (
@@ -87,7 +132,7 @@ CREATE OR REPLACE FUNCTION runtime_cleanup_active_run(p_uid text, p_runtime_scop
         SELECT a.id, a.status FROM agent_runs a JOIN descendants d ON a.created_by_run_id = d.id
       )
       SELECT d.id INTO active_id FROM descendants d
-        WHERE d.status NOT IN ('completed', 'failed', 'cancelled', 'interrupted')
+        WHERE d.status NOT IN ('completed', 'failed', 'cancelled', 'interrupted') OR d.status IS NULL
         ORDER BY d.id LIMIT 1;
     END IF;
     RETURN active_id;
@@ -131,7 +176,7 @@ CREATE OR REPLACE FUNCTION runtime_cleanup_fence_check(p_run_id text)
       END IF;
       PERFORM pg_advisory_xact_lock(runtime_cleanup_lock_key(locked_uid, locked_scope));
       SELECT r.uid, r.runtime_scope_id, r.run_type, r.status, r.runtime_cleanup_pending,
-             r.runtime_cleanup_pending_since::text AS fence_set_at, r.conversation_id, r.conversation_thread_id
+             to_json(r.runtime_cleanup_pending_since) #>> '{}' AS fence_set_at, r.conversation_id, r.conversation_thread_id
         INTO run
         FROM agent_runs r WHERE r.id = p_run_id
         FOR UPDATE;
@@ -150,12 +195,12 @@ CREATE OR REPLACE FUNCTION runtime_cleanup_fence_check(p_run_id text)
                           NULL::bigint, NULL::text, NULL::text;
       RETURN;
     END IF;
-    IF NOT run.runtime_cleanup_pending THEN
+    IF run.runtime_cleanup_pending IS NOT TRUE THEN
       RETURN QUERY SELECT 'already_clean'::text, run.uid, run.runtime_scope_id, NULL::text, NULL::text,
                           NULL::bigint, NULL::text, NULL::text;
       RETURN;
     END IF;
-    IF NOT (run.status = ANY (terminal)) THEN
+    IF run.status IS NULL OR NOT (run.status = ANY (terminal)) THEN
       RETURN QUERY SELECT 'run_not_terminal'::text, run.uid, run.runtime_scope_id, NULL::text, NULL::text,
                           NULL::bigint, NULL::text, p_run_id;
       RETURN;
@@ -230,7 +275,7 @@ CREATE OR REPLACE FUNCTION runtime_cleanup_finalize(
     PERFORM runtime_cleanup_require_read_committed();
     PERFORM pg_advisory_xact_lock(runtime_cleanup_lock_key(p_uid, p_runtime_scope_id));
     SELECT r.uid, r.runtime_scope_id, r.status, r.runtime_cleanup_pending,
-           r.runtime_cleanup_pending_since::text AS fence_set_at, r.conversation_id, r.conversation_thread_id
+           r.runtime_cleanup_pending_since AS fence_set_at, r.conversation_id, r.conversation_thread_id
       INTO run
       FROM agent_runs r WHERE r.id = p_run_id
       FOR UPDATE;
@@ -252,7 +297,7 @@ CREATE OR REPLACE FUNCTION runtime_cleanup_finalize(
     live := FOUND AND NOT sandbox.released;
     in_flight := FOUND AND sandbox.in_flight;
 
-    IF NOT run.runtime_cleanup_pending THEN
+    IF run.runtime_cleanup_pending IS NOT TRUE THEN
       IF in_flight THEN
         RETURN QUERY SELECT 'delete_in_flight'::text, sandbox.delete_in_flight_run_id, NULL::text[], NULL::text;
       ELSE
@@ -264,7 +309,9 @@ CREATE OR REPLACE FUNCTION runtime_cleanup_finalize(
     IF run.uid IS DISTINCT FROM p_uid OR run.runtime_scope_id IS DISTINCT FROM p_runtime_scope_id THEN
       moved := moved || 'scope'::text;
     END IF;
-    IF run.fence_set_at IS DISTINCT FROM p_fence_set_at THEN
+    -- Compared as instants: the text was rendered by phase 1 (ISO 8601 with offset, or by an
+    -- older version in its session's format); either parses back to the same instant.
+    IF run.fence_set_at IS DISTINCT FROM p_fence_set_at::timestamptz THEN
       moved := moved || 'fence'::text;
     END IF;
     IF cardinality(moved) > 0 THEN
@@ -272,7 +319,7 @@ CREATE OR REPLACE FUNCTION runtime_cleanup_finalize(
       RETURN;
     END IF;
 
-    IF NOT (run.status = ANY (terminal)) THEN
+    IF run.status IS NULL OR NOT (run.status = ANY (terminal)) THEN
       RETURN QUERY SELECT 'run_not_terminal'::text, p_run_id, NULL::text[], NULL::text;
       RETURN;
     END IF;
@@ -317,8 +364,13 @@ CREATE OR REPLACE FUNCTION runtime_cleanup_finalize(
   END
   $$;
 
--- The release guard of 004, now refusing any isolation but READ COMMITTED and reading a generation
--- as released only when the mark names it. Everything else is unchanged.
+-- The release guard of 004, now refusing any isolation but READ COMMITTED, reading a generation
+-- as released only when the mark names it, comparing the fence as an instant, counting a NULL
+-- status as active, and recognising its own record. A live in-flight record that carries p_token
+-- is this very attempt, committed once already: the client repeats the whole transaction when
+-- the connection is lost, and a lost answer to a COMMIT that did happen looks just the same. It
+-- is not an earlier attempt's delete, so it is no floor: taking it for one kept the scope
+-- quarantined for the whole hold after the provisioner had answered.
 CREATE OR REPLACE FUNCTION runtime_cleanup_begin_release(
   p_run_id text,
   p_uid text,
@@ -345,7 +397,7 @@ CREATE OR REPLACE FUNCTION runtime_cleanup_begin_release(
     PERFORM pg_advisory_xact_lock(runtime_cleanup_lock_key(p_uid, p_runtime_scope_id));
 
     SELECT r.uid, r.runtime_scope_id, r.run_type, r.status, r.runtime_cleanup_pending,
-           r.runtime_cleanup_pending_since::text AS fence_set_at
+           r.runtime_cleanup_pending_since AS fence_set_at
       INTO run
       FROM agent_runs r WHERE r.id = p_run_id;
     IF NOT FOUND THEN
@@ -360,11 +412,11 @@ CREATE OR REPLACE FUNCTION runtime_cleanup_begin_release(
       RETURN QUERY SELECT 'run_not_root'::text, NULL::text, NULL::timestamptz, NULL::timestamptz;
       RETURN;
     END IF;
-    IF NOT (run.status = ANY (terminal)) THEN
+    IF run.status IS NULL OR NOT (run.status = ANY (terminal)) THEN
       RETURN QUERY SELECT 'run_not_terminal'::text, NULL::text, NULL::timestamptz, NULL::timestamptz;
       RETURN;
     END IF;
-    IF NOT run.runtime_cleanup_pending OR run.fence_set_at IS DISTINCT FROM p_fence_set_at THEN
+    IF run.runtime_cleanup_pending IS NOT TRUE OR run.fence_set_at IS DISTINCT FROM p_fence_set_at::timestamptz THEN
       RETURN QUERY SELECT 'fence_gone'::text, NULL::text, NULL::timestamptz, NULL::timestamptz;
       RETURN;
     END IF;
@@ -375,7 +427,7 @@ CREATE OR REPLACE FUNCTION runtime_cleanup_begin_release(
       RETURN;
     END IF;
 
-    SELECT s.sandbox_id, s.generation, s.delete_in_flight_until,
+    SELECT s.sandbox_id, s.generation, s.delete_in_flight_until, s.delete_in_flight_token,
            runtime_cleanup_generation_released(s.released_at, s.released_sandbox_id, s.released_generation,
                                                s.sandbox_id, s.generation) AS released
       INTO sandbox
@@ -391,7 +443,9 @@ CREATE OR REPLACE FUNCTION runtime_cleanup_begin_release(
       RETURN;
     END IF;
 
-    previous_until := CASE WHEN sandbox.delete_in_flight_until > clock_timestamp() THEN sandbox.delete_in_flight_until END;
+    previous_until := CASE WHEN sandbox.delete_in_flight_until > clock_timestamp()
+                                AND sandbox.delete_in_flight_token IS DISTINCT FROM p_token
+                           THEN sandbox.delete_in_flight_until END;
     new_until := greatest(clock_timestamp() + make_interval(secs => p_hold_seconds), previous_until);
     UPDATE sandbox_runtimes s
       SET delete_in_flight_until = new_until,

@@ -83,7 +83,7 @@ export interface History {
   /** sandbox id → scope key (`scopeKeyText`). */
   sandboxScope: ReadonlyMap<string, string>;
   releases: readonly CapturedRelease[];
-  /** The fenceSetAt text of a message (PostgreSQL's timestamptz text) on this process's clock. */
+  /** The fenceSetAt text of a message (ISO 8601 with offset) on this process's clock. */
   fenceTextToLocalMs: (text: string) => number;
   /** Only events older than this are judged (later ones may not be fully recorded yet). */
   settledBeforeMs: number;
@@ -346,7 +346,7 @@ function checkOnlyCapturedGenerationDeleted(
     const scope = scopeKey(release);
     const sandboxes = idx.sandboxesByScope.get(scope) ?? [];
     const fenceUp = (idx.runsByRun.get(release.runId) ?? []).some(
-      (entry) => entry.pending && entry.pendingSinceText === release.fenceSetAt,
+      (entry) => entry.pending && sameInstant(entry.pendingSinceText, release.fenceSetAt),
     );
     const fromMs =
       release.fenceSetAt === null ? release.sentAtMs : history.fenceTextToLocalMs(release.fenceSetAt);
@@ -539,4 +539,21 @@ export function checkPathsEncoded(deletes: readonly DeleteRequest[]): {
     });
   }
   return { violations, checked: deletes.length };
+}
+
+/**
+ * Two fence times as instants, to the microsecond: the text of a timestamptz depends on the
+ * rendering session's TimeZone (and, in the older `::text` form, DateStyle), so equal instants may
+ * be spelled differently. Compared as epoch milliseconds plus the sub-millisecond digits.
+ */
+export function sameInstant(a: string | null, b: string | null): boolean {
+  if (a === null || b === null) return a === b;
+  return instantKey(a) === instantKey(b);
+}
+
+function instantKey(text: string): string {
+  const iso = text.replace(' ', 'T').replace(/([+-]\d\d)$/, '$1:00');
+  const fraction = /\.(\d+)/.exec(iso)?.[1] ?? '';
+  const ms = Date.parse(iso);
+  return Number.isNaN(ms) ? text : `${ms}.${fraction.padEnd(6, '0').slice(3, 6)}`;
 }

@@ -66,7 +66,7 @@ const READ_RUN_LOG = `
   SELECT seq::text, (extract(epoch FROM at) * 1000)::float8 AS at_ms, txid::text, run_id, uid, runtime_scope_id,
          run_type, created_by_run_id, status, pending,
          (extract(epoch FROM pending_since) * 1000)::float8 AS pending_since_ms,
-         pending_since::text AS pending_since_text
+         to_json(pending_since) #>> '{}' AS pending_since_text
   FROM chaos_run_log WHERE seq > $1::bigint ORDER BY seq`;
 
 const READ_SANDBOX_LOG = `
@@ -87,7 +87,7 @@ export interface RunLogEntry {
   status: string;
   pending: boolean;
   pendingSinceMs: number | null;
-  /** PostgreSQL's text form, as phase 1 captures it (`fenceSetAt` in the messages). */
+  /** ISO 8601 with offset, as phase 1 captures it (`fenceSetAt` in the messages). */
   pendingSinceText: string | null;
 }
 

@@ -22,7 +22,8 @@ export interface SqlFinding {
 export const REVIEWED_EXCEPTIONS = [
   {
     file: 'functions/adapters/database.ts',
-    startsWith: 'BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = ${',
+    startsWith:
+      "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL TimeZone = 'UTC'; SET LOCAL DateStyle = 'ISO, MDY'; SET LOCAL lock_timeout = ${",
   },
   // The one-round-trip transaction: the statement's values are inlined by sql-literal.ts (escaped
   // as node-postgres escapes them, every `$` checked); the simple-query protocol takes no parameters.

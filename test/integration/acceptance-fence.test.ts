@@ -40,7 +40,7 @@ async function expectFenceHeld(run: ProvisionedRun, identity: CleanupIdentity): 
   expect(await fenceOf(fixture.t.db, run.rootRunId)).toBe(true);
   const { rows } = await fixture.t.db.query<{ blocked: boolean; fence_set_at: string; released: boolean }>(
     `SELECT runtime_cleanup_blocked($1::text, $2::text) AS blocked,
-            (SELECT runtime_cleanup_pending_since::text FROM agent_runs WHERE id = $3::text) AS fence_set_at,
+            (SELECT to_json(runtime_cleanup_pending_since) #>> '{}' FROM agent_runs WHERE id = $3::text) AS fence_set_at,
             (SELECT released_at IS NOT NULL FROM sandbox_runtimes
               WHERE uid = $1::text AND runtime_scope_id = $2::text) AS released`,
     [run.uid, run.runtimeScopeId, run.rootRunId],

@@ -22,6 +22,7 @@ import { finishedRootRun, insertOtherRun } from '../support/factories.ts';
 import { useProvisionerFixture, useSqsFixture } from '../support/fixtures.ts';
 import { testInfrastructure } from '../support/infrastructure.ts';
 import { sqsRecord } from '../support/sqs-record.ts';
+import { eventually } from '../support/stack.ts';
 
 const fixture = useProvisionerFixture({ tempPrefix: 'batch-semantics-', graceMs: 200 });
 const sqsFixture = useSqsFixture();
@@ -271,9 +272,14 @@ describe('the release guard', () => {
     ).toEqual([]);
     expect(fixture.provisioner.sandbox(cleared.sandboxId)?.alive).toBe(true);
     expect(fixture.provisioner.sandbox(busy.sandboxId)?.alive).toBe(true);
-    const restarted = (await receiveAll(QueueName.RUN_FINISHED)).map((m) => JSON.parse(m.Body!));
+    // The restart is counted and waits its backoff delay (1 s here).
+    const restarted: Array<{ runId: string; reason?: string; restarts?: number }> = [];
+    await eventually('the restart to arrive', async () => {
+      restarted.push(...(await receiveAll(QueueName.RUN_FINISHED)).map((m) => JSON.parse(m.Body!)));
+      return restarted.length > 0;
+    });
     expect(restarted).toContainEqual(
-      expect.objectContaining({ runId: busy.rootRunId, reason: 'scope_active_at_release' }),
+      expect.objectContaining({ runId: busy.rootRunId, reason: 'scope_active_at_release', restarts: 1 }),
     );
     expect(restarted.map((body) => body.runId)).not.toContain(cleared.rootRunId);
   });

@@ -21,7 +21,8 @@ describe('phase 1: fenceCheck', () => {
       sandboxId: s.sandboxId,
       generation: 3,
     });
-    expect(result.identity.fenceSetAt).toMatch(/^\d{4}-\d\d-\d\d /);
+    // ISO 8601 with its offset, whatever the session's TimeZone and DateStyle.
+    expect(result.identity.fenceSetAt).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?[+-]\d\d:\d\d$/);
   });
 
   it('says nothing to delete when the scope has no live sandbox generation', async () => {

@@ -56,7 +56,7 @@ describe('forceClear', () => {
       generation: 4,
       actor: 'alice',
     });
-    expect(result.plan.fenceSetAt).toMatch(/^\d{4}-\d\d-\d\d /);
+    expect(result.plan.fenceSetAt).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?[+-]\d\d:\d\d$/);
     expect(await stateOf(s)).toEqual(UNTOUCHED);
   });
 

@@ -14,6 +14,7 @@ import { insertOtherRun } from '../support/factories.ts';
 import { useProvisionerFixture, useSqsFixture } from '../support/fixtures.ts';
 import { type ProvisionedRun, provisionedRootRun, releaseNeeded } from '../support/probes.ts';
 import { sqsRecord } from '../support/sqs-record.ts';
+import { eventually } from '../support/stack.ts';
 
 /**
  * Issue 11.2 through the real release handler: a forged or mismatched release command is refused
@@ -129,11 +130,17 @@ describe('forged and mismatched release commands', () => {
     expect(lines.filter((line) => line.message === 'release refused before any DELETE')).toHaveLength(
       forged.length,
     );
-    // A sandbox mismatch also sends the run back to phase 1, which resolves what the database records.
-    const announced = (await drain(QueueName.RUN_FINISHED)).map(
-      (m) => JSON.parse(m.body) as { runId: string },
-    );
+    // A sandbox mismatch also sends the run back to phase 1, which resolves what the database
+    // records: a counted restart, after its backoff delay (1 s here).
+    const announced: Array<{ runId: string; restarts?: number }> = [];
+    await eventually('both restarts to arrive', async () => {
+      announced.push(
+        ...(await drain(QueueName.RUN_FINISHED)).map((m) => JSON.parse(m.body) as { runId: string }),
+      );
+      return announced.length >= 2;
+    });
     expect(announced.map((m) => m.runId)).toEqual([valid.runId, valid.runId]);
+    expect(announced.map((m) => m.restarts)).toEqual([1, 1]);
 
     // The genuine commands still go through afterwards.
     let genuineFailures: unknown;

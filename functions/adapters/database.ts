@@ -396,19 +396,27 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
       await send(client, 'COMMIT');
       return result;
     } catch (error) {
-      broken = failureOf(client, error);
-      // A ROLLBACK on a dead client fails at once, and on a client whose statement timed out it
-      // would queue behind that statement forever: a discarded connection rolls back by itself.
-      if (!broken) {
-        try {
-          await send(client, 'ROLLBACK');
-        } catch (rollbackError) {
-          broken = rollbackError as Error;
-        }
-      }
+      broken = await rollBackUnlessBroken(client, error);
       throw error;
     } finally {
       client.release(broken);
+    }
+  };
+
+  /**
+   * Ends a transaction that failed on `client`: a ROLLBACK when the connection is healthy. None on
+   * a dead client (it would fail at once) or one whose statement timed out (it would queue behind
+   * that statement forever): a discarded connection rolls back by itself. Returns what makes the
+   * client unusable, for `release` to discard it, if anything does.
+   */
+  const rollBackUnlessBroken = async (client: PoolClient, error: unknown): Promise<Error | undefined> => {
+    const broken = failureOf(client, error);
+    if (broken) return broken;
+    try {
+      await send(client, 'ROLLBACK');
+      return undefined;
+    } catch (rollbackError) {
+      return rollbackError as Error;
     }
   };
 
@@ -436,14 +444,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
       const result = results[results.length - 2]!;
       return { rows: result.rows as Row[], rowCount: result.rowCount ?? 0 };
     } catch (error) {
-      broken = failureOf(client, error);
-      if (!broken) {
-        try {
-          await send(client, 'ROLLBACK');
-        } catch (rollbackError) {
-          broken = rollbackError as Error;
-        }
-      }
+      broken = await rollBackUnlessBroken(client, error);
       throw error;
     } finally {
       client.release(broken);

@@ -403,7 +403,10 @@ export async function reclaimOne(
       why: 'the provisioner answered 409 with a newer generation to a DELETE whose generation was unknown (a listing without generation, of a sandbox no row names): the sandbox may still be live',
     };
   }
-  await endReclaim(db, target, token, true);
+  await endReclaim(db, target, token, true, {
+    generationKnown: !sandbox.generationGuessed,
+    seconds: settings.graceSeconds,
+  });
   return { kind: 'reclaimed', sandbox, outcome, generation: sandbox.deleteGeneration };
 }
 

@@ -24,6 +24,21 @@ CREATE TABLE IF NOT EXISTS runtime_reclaim_sightings (
   reclaim_in_flight_token  text
 );
 
+-- runtime_reclaim_tombstones: one row per sandbox id whose reclaim DELETE was confirmed, kept until
+--   expires_at (the grace after the confirmation; rows past it are deleted by the next confirmation).
+--   The platform's admission is "admit under the scope lock, POST, record": between its POST and its
+--   record no row names the sandbox, and the provisioner's POST hands a live container with that id
+--   out again. A reclaim answered in that window deleted the container the run is about to record;
+--   the trigger below refuses that record (55006), so the platform POSTs again and gets a fresh one.
+--   reclaimed_generation: the generation deleted; NULL when it was not known (then any record of the
+--   id is refused until expires_at, since nothing tells the fresh container from the deleted one).
+CREATE TABLE IF NOT EXISTS runtime_reclaim_tombstones (
+  sandbox_id            text PRIMARY KEY,
+  reclaimed_generation  bigint,
+  reclaimed_at          timestamptz NOT NULL DEFAULT now(),
+  expires_at            timestamptz NOT NULL
+);
+
 -- The advisory lock that serialises the reclaim guard of one sandbox id with any write that makes a
 -- scope name that id (the trigger below). A separate key space from runtime_cleanup_lock_key.
 CREATE OR REPLACE FUNCTION runtime_reclaim_lock_key(sandbox_id text) RETURNS bigint
@@ -166,7 +181,8 @@ CREATE OR REPLACE FUNCTION runtime_cleanup_begin_reclaim(
   $$;
 
 -- A platform recording a sandbox id (a new row, or a row changing to that id or generation) while
--- a reclaim DELETE of that id may still act is refused: the platform's provisioner hands a live
+-- a reclaim DELETE of that id may still act, or a generation a confirmed reclaim deleted (the
+-- tombstones above), is refused: the platform's provisioner hands a live
 -- container out again on POST, so the run would get the very sandbox the DELETE is removing. The
 -- error names the sandbox and the deadline; the platform's acquisition fails and it retries after.
 -- The lock makes the check and the guard's record strictly ordered.
@@ -184,6 +200,15 @@ CREATE OR REPLACE FUNCTION sandbox_runtimes_refuse_reclaimed() RETURNS trigger
         WHERE g.sandbox_id = NEW.sandbox_id AND g.reclaim_in_flight_until > clock_timestamp();
       IF FOUND THEN
         RAISE EXCEPTION 'sandbox % is being reclaimed (a DELETE may act until %); create or record it again after that', NEW.sandbox_id, until
+          USING ERRCODE = '55006';
+      END IF;
+      -- A confirmed reclaim deleted this id (at most this generation): a record of it, or of a
+      -- generation not newer, names a deleted container (handed out by a POST before the DELETE).
+      SELECT t.expires_at INTO until FROM runtime_reclaim_tombstones t
+        WHERE t.sandbox_id = NEW.sandbox_id AND t.expires_at > clock_timestamp()
+          AND (t.reclaimed_generation IS NULL OR NEW.generation <= t.reclaimed_generation);
+      IF FOUND THEN
+        RAISE EXCEPTION 'sandbox % generation % was reclaimed (deleted); create it again (POST) and record the new generation (refused for unknown generations until %)', NEW.sandbox_id, NEW.generation, until
           USING ERRCODE = '55006';
       END IF;
     END IF;

@@ -1,0 +1,155 @@
+/**
+ * The reclaimer against the platform's own races and an operator's second reclaim, with real
+ * PostgreSQL and the real local provisioner: a container the provisioner hands out again while a
+ * reclaim deletes it is never recorded as live; two reclaims of one id never end each other's
+ * quarantine; a reported reclaim is a deleted sandbox; a run never settles with a DELETE under way.
+ */
+import { randomUUID } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, expect, it } from 'vitest';
+import { ProvisionerClient } from '../../functions/adapters/provisioner-client.ts';
+import { type ReclaimEvent, type ReclaimSettings, runReclaim } from '../../functions/cleanup/reclaim.ts';
+import { SandboxProvider } from '../../functions/cleanup/sandbox-provider.ts';
+import { type LocalProvisioner, startProvisioner } from '../../infra/local/provisioner/server.ts';
+import { insertConversation, insertRun, upsertSandbox } from '../support/factories.ts';
+import { useDatabaseFixture } from '../support/fixtures.ts';
+
+const database = useDatabaseFixture();
+const GRACE_SECONDS = 2;
+
+let rootDir: string | undefined;
+let provisioner: LocalProvisioner | undefined;
+let client: ProvisionerClient | undefined;
+let provider: SandboxProvider;
+
+async function startLocal(mode: 'contract' | 'platform' = 'contract'): Promise<void> {
+  rootDir = await mkdtemp(join(tmpdir(), 'rc-reclaim-races-'));
+  provisioner = await startProvisioner({ rootDir, graceMs: 300, mode });
+  client = new ProvisionerClient(provisioner.url);
+  provider = new SandboxProvider({ client, releaseLockTimeoutMs: 5_000, provisionerDeleteTimeoutMs: 5_000 });
+}
+
+afterEach(async () => {
+  await client?.close();
+  await provisioner?.stop();
+  if (rootDir) await rm(rootDir, { recursive: true, force: true });
+  client = undefined;
+  provisioner = undefined;
+  rootDir = undefined;
+  await database.t.db.query('DELETE FROM runtime_reclaim_sightings');
+  await database.t.db.query('DELETE FROM runtime_reclaim_tombstones');
+});
+
+function settings(overrides: Partial<ReclaimSettings> = {}): ReclaimSettings & { listTimeoutMs: number } {
+  return {
+    graceSeconds: GRACE_SECONDS,
+    maxPerRun: 50,
+    maxSharePercent: 50, // the shipped default RECLAIM_MAX_SHARE_PERCENT
+    runtimeCleanupTimeoutMs: 15_000,
+    provisionerDeleteTimeoutSeconds: 5,
+    lockTimeoutMs: 5_000,
+    listTimeoutMs: 5_000,
+    ...overrides,
+  };
+}
+
+function run(events: ReclaimEvent[] = [], overrides: Partial<ReclaimSettings> = {}) {
+  return runReclaim(
+    { db: database.t.db, provider, lister: client!, onEvent: (event) => events.push(event) },
+    settings(overrides),
+  );
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The platform's acquisition: POST with the scope's own sandbox id (create, or the live one again). */
+async function post(sandboxId: string): Promise<number> {
+  const response = await fetch(new URL('/api/sandboxes', provisioner!.url), {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ sandbox_id: sandboxId, thread_id: 't', user_id: 'u' }),
+  });
+  const body = (await response.json()) as { generation?: number };
+  return body.generation ?? 1;
+}
+
+async function scope() {
+  const uid = `user-${randomUUID().slice(0, 8)}`;
+  const conversation = await insertConversation(database.t.db, { uid });
+  return {
+    uid,
+    runtimeScopeId: `scope-${randomUUID().slice(0, 8)}`,
+    threadId: conversation.threadId,
+    conversationId: conversation.id,
+  };
+}
+
+const live = (id: string) => provisioner!.liveSandboxes().some((sandbox) => sandbox.id === id);
+
+// A leaked, unrecorded sandbox keeps its streak when the provisioner hands the very same live
+// container to the scope's NEXT run (POST with the same id answers the live one). Between that POST
+// and the platform's record no row names the id, so the guard has no scope to check and the DELETE
+// may go out. The tombstone the confirmed reclaim leaves then refuses the record (55006), and the
+// platform POSTs again for a fresh container, whose newer generation records.
+it('a container handed out again between the POST and the record: its record is refused, or it is still live', async () => {
+  await startLocal();
+  const db = database.t.db;
+  const s = await scope();
+  const sandboxId = `sbx-${s.runtimeScopeId}`;
+  // Run 1 created the sandbox and crashed before recording it.
+  await insertRun(db, { ...s, status: 'interrupted' });
+  await post(sandboxId);
+  await run(); // first sighting
+  await sleep(GRACE_SECONDS * 1000 + 300);
+
+  // Run 2 is admitted (no fence, no row) and its POST answers the live container again.
+  await insertRun(db, { ...s, status: 'running' });
+  const { rows } = await db.query<{ blocked: boolean }>('SELECT runtime_cleanup_blocked($1, $2) AS blocked', [
+    s.uid,
+    s.runtimeScopeId,
+  ]);
+  expect(rows[0]!.blocked).toBe(false);
+  const generation = await post(sandboxId);
+
+  // The scheduled reclaimer runs between the platform's POST and its record.
+  const events: ReclaimEvent[] = [];
+  await run(events);
+  const error = await upsertSandbox(db, { ...s, sandboxId, generation }).then(
+    () => null,
+    (e: unknown) => e as { code?: string },
+  );
+  const kinds = JSON.stringify(events.map((event) => event.kind));
+  expect(error?.code === '55006' || live(sandboxId), `events: ${kinds}`).toBe(true);
+  expect(kinds).toBe('["reclaimed"]'); // the window is real: the DELETE went out
+
+  // The platform's answer to 55006: POST again; the fresh, newer generation records and lives.
+  const fresh = await post(sandboxId);
+  expect(fresh).toBeGreaterThan(generation);
+  await upsertSandbox(db, { ...s, sandboxId, generation: fresh });
+  expect(live(sandboxId)).toBe(true);
+});
+
+it('a tombstone with no known generation refuses every record of the id until it expires, then lets it record', async () => {
+  const db = database.t.db;
+  const s = await scope();
+  const sandboxId = `sbx-${s.runtimeScopeId}`;
+  await db.query(
+    `INSERT INTO runtime_reclaim_tombstones (sandbox_id, reclaimed_generation, expires_at)
+     VALUES ($1, NULL, clock_timestamp() + interval '1 second')`,
+    [sandboxId],
+  );
+  const refused = await upsertSandbox(db, { ...s, sandboxId, generation: 7 }).then(
+    () => null,
+    (e: unknown) => e as { code?: string },
+  );
+  expect(refused?.code).toBe('55006');
+  await sleep(1100);
+  await upsertSandbox(db, { ...s, sandboxId, generation: 7 });
+  const { rows } = await db.query<{ n: number }>(
+    'SELECT count(*)::int AS n FROM sandbox_runtimes WHERE sandbox_id = $1',
+    [sandboxId],
+  );
+  expect(rows[0]!.n).toBe(1);
+});

@@ -21,6 +21,8 @@ export const ReclaimRefusal = {
   LIST_COUNT_MISMATCH: 'list_count_mismatch',
   /** More of the listing looks leaked than RECLAIM_MAX_SHARE_PERCENT allows: trust neither side. */
   SHARE_EXCEEDED: 'share_exceeded',
+  /** No listed sandbox is named by any row (RECLAIM_MAX_SHARE_PERCENT below 100): a foreign database. */
+  NO_KNOWN_SANDBOXES: 'no_known_sandboxes',
 } as const;
 export type ReclaimRefusal = (typeof ReclaimRefusal)[keyof typeof ReclaimRefusal];
 

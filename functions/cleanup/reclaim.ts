@@ -14,8 +14,9 @@ import { ReleaseOutcome } from './types.ts';
  *   1. list the provisioner's live sandboxes (a listing it cannot trust refuses the run);
  *   2. classify each against `sandbox_runtimes` and `agent_runs` in one read: a sandbox is leaked
  *      now when no scope whose row names it is active, fenced or has a delete in flight;
- *   3. refuse the run when more than RECLAIM_MAX_SHARE_PERCENT of the listing looks leaked (an
- *      empty database pointed at a full provisioner): nothing is recorded or deleted;
+ *   3. refuse the run when more than RECLAIM_MAX_SHARE_PERCENT of the listing (at least
+ *      SHARE_RULE_ALLOWANCE) looks leaked, or when no listed sandbox is named by any row (an empty
+ *      or foreign database pointed at a live provisioner): nothing is recorded or deleted;
  *   4. record the streaks (`runtime_reclaim_sightings`): a sandbox leaked now keeps or starts its
  *      streak, every other sandbox loses it;
  *   5. delete, at most RECLAIM_MAX_PER_RUN, oldest streak first, those whose streak is at least
@@ -27,8 +28,12 @@ import { ReleaseOutcome } from './types.ts';
  * fence or a delete in flight owns its sandbox however long it has been idle.
  */
 
-/** Below this many leaked sandboxes the share rule does not apply: a handful cannot be a fleet. */
-export const SHARE_RULE_MIN_LEAKED = 10;
+/**
+ * The share rule's absolute allowance: a run may always reclaim this many at once, whatever the
+ * share, so a tiny fleet (two listed, one leaked) can still reclaim its leak. Every listing is
+ * checked: the allowed number of leaked sandboxes is max(ceil(share x listed), this).
+ */
+export const SHARE_RULE_ALLOWANCE = 2;
 
 /** Deletes of one run in flight at once: the provisioner sees a trickle, never a burst. */
 export const RECLAIM_DELETE_CONCURRENCY = 4;
@@ -241,7 +246,7 @@ export interface ReclaimReport extends ReclaimPlan {
 
 /**
  * Steps 2 and 3 (read only): what a run would do now. `ops orphans` shows it; `reclaim` acts on it.
- * Throws ReclaimRefusedError(share_exceeded) when the listing looks like a runaway.
+ * Throws ReclaimRefusedError(share_exceeded | no_known_sandboxes) when the listing looks like a runaway.
  */
 export async function planReclaim(
   db: Executor,
@@ -250,7 +255,8 @@ export async function planReclaim(
 ): Promise<ReclaimPlan> {
   const classified = await classifyListing(db, listing, { graceSeconds: settings.graceSeconds });
   const leaked = classified.filter((sandbox) => sandbox.leaked);
-  refuseRunaway(listing.length, leaked.length, settings.maxSharePercent);
+  const known = classified.filter((sandbox) => sandbox.owners.length > 0).length;
+  refuseRunaway(listing.length, leaked.length, settings.maxSharePercent, known);
   const due = leaked
     .filter((sandbox) => sandbox.waiting === null)
     .sort((a, b) => a.firstSeenAt!.getTime() - b.firstSeenAt!.getTime());
@@ -263,14 +269,30 @@ export async function planReclaim(
   };
 }
 
-export function refuseRunaway(listed: number, leaked: number, maxSharePercent: number): void {
-  if (leaked < SHARE_RULE_MIN_LEAKED) return;
-  if (leaked * 100 > listed * maxSharePercent) {
+/**
+ * Refuses a listing this database cannot be the right one for. `known`: listed sandboxes some
+ * `sandbox_runtimes` row names. RECLAIM_MAX_SHARE_PERCENT=100 turns both checks off (the operator
+ * trusts the database completely).
+ */
+export function refuseRunaway(listed: number, leaked: number, maxSharePercent: number, known: number): void {
+  if (maxSharePercent >= 100) return;
+  // A database that names none of a fleet (a wrong DATABASE_URL, a branch restored to before those
+  // rows) would see every sandbox as leaked; a share alone lets a small fleet through.
+  if (listed > 0 && known === 0) {
+    throw new ReclaimRefusedError(
+      ReclaimRefusal.NO_KNOWN_SANDBOXES,
+      `none of the ${listed} listed sandboxes is named by any sandbox_runtimes row: ` +
+        'is this the right database and the right provisioner? nothing was recorded or deleted',
+      { listed, leaked, known },
+    );
+  }
+  const allowed = Math.max(Math.ceil((listed * maxSharePercent) / 100), SHARE_RULE_ALLOWANCE);
+  if (leaked > allowed) {
     throw new ReclaimRefusedError(
       ReclaimRefusal.SHARE_EXCEEDED,
       `${leaked} of ${listed} listed sandboxes look leaked, more than RECLAIM_MAX_SHARE_PERCENT=${maxSharePercent}%: ` +
         'is this the right database and the right provisioner? nothing was recorded or deleted',
-      { listed, leaked, maxSharePercent },
+      { listed, leaked, maxSharePercent, allowed },
     );
   }
 }

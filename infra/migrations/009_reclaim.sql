@@ -103,6 +103,7 @@ CREATE OR REPLACE FUNCTION runtime_reclaim_scope_hold(p_uid text, p_runtime_scop
 --   not_sighted       the sighting is gone or younger than the grace (another reclaimer acted, or
 --                     a listing found it owned meanwhile)
 --   owner_changed     a scope started naming the sandbox between the locks (try next run)
+--   delete_in_flight  (also) another reclaim's DELETE of this id may still act: its deadline is open
 --   scope_active | scope_fenced | delete_in_flight | scope_recent   (runtime_reclaim_scope_hold)
 --   proceed           the DELETE may be sent; in_flight_until says until when it may act
 --
@@ -150,6 +151,14 @@ CREATE OR REPLACE FUNCTION runtime_cleanup_begin_reclaim(
       FOR UPDATE;
     IF NOT FOUND THEN
       RETURN QUERY SELECT 'not_sighted'::text, NULL::text, NULL::text, NULL::timestamptz;
+      RETURN;
+    END IF;
+    -- Another reclaim's DELETE of this id may still act (the schedule and `ops reclaim --yes`, or
+    -- two invocations): its record is never overwritten, so its end cannot clear this one's, nor
+    -- this one's end clear its.
+    IF EXISTS (SELECT 1 FROM runtime_reclaim_sightings g
+               WHERE g.sandbox_id = p_sandbox_id AND g.reclaim_in_flight_until > clock_timestamp()) THEN
+      RETURN QUERY SELECT 'delete_in_flight'::text, NULL::text, NULL::text, NULL::timestamptz;
       RETURN;
     END IF;
 

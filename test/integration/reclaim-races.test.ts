@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { afterEach, expect, it } from 'vitest';
 import { ProvisionerClient } from '../../functions/adapters/provisioner-client.ts';
 import { type ReclaimEvent, type ReclaimSettings, runReclaim } from '../../functions/cleanup/reclaim.ts';
+import { beginReclaim, endReclaim, ReclaimVerdict } from '../../functions/cleanup/reclaim-guard.ts';
 import { SandboxProvider } from '../../functions/cleanup/sandbox-provider.ts';
 import { type LocalProvisioner, startProvisioner } from '../../infra/local/provisioner/server.ts';
 import { insertConversation, insertRun, upsertSandbox } from '../support/factories.ts';
@@ -153,4 +154,35 @@ it('a tombstone with no known generation refuses every record of the id until it
     [sandboxId],
   );
   expect(rows[0]!.n).toBe(1);
+});
+
+// Two reclaims of one unrecorded sandbox at once (the schedule and `ops reclaim --yes`, or two
+// invocations): the second guard must not take over the first's quarantine, or its unconfirmed end
+// (a 4xx, a refused connection) would clear it while the first DELETE may still act.
+it('a second reclaim of the same id is refused while the first may act, and never clears its quarantine', async () => {
+  const db = database.t.db;
+  const sandboxId = `sbx-twice-${randomUUID().slice(0, 8)}`;
+  await db.query(
+    `INSERT INTO runtime_reclaim_sightings (sandbox_id, listed_generation, first_seen_at, last_seen_at)
+     VALUES ($1, NULL, now() - interval '1 hour', now())`,
+    [sandboxId],
+  );
+  const options = { graceSeconds: GRACE_SECONDS, inFlightSeconds: 60, lockTimeoutMs: 5_000 };
+  const target = { sandboxId, generation: 1 };
+  const first = await beginReclaim(db, target, { ...options, token: 'reclaim:first' });
+  expect(first.verdict).toBe(ReclaimVerdict.PROCEED);
+  // The first DELETE is on the wire, unanswered. A second reclaimer arrives.
+  const second = await beginReclaim(db, target, { ...options, token: 'reclaim:second' });
+  expect(second.verdict).toBe(ReclaimVerdict.DELETE_IN_FLIGHT);
+  // Even an end by the second token (answered 4xx) leaves the first's record.
+  await endReclaim(db, target, 'reclaim:second', false);
+  const s = await scope();
+  const error = await upsertSandbox(db, { ...s, sandboxId, generation: 1 }).then(
+    () => null,
+    (e: unknown) => e as { code?: string },
+  );
+  expect(error?.code).toBe('55006');
+  // The first one's answer ends it; then the id may be recorded.
+  await endReclaim(db, target, 'reclaim:first', false);
+  await upsertSandbox(db, { ...s, sandboxId, generation: 1 });
 });

@@ -73,6 +73,8 @@ export interface ClassifiedSandbox extends ListedSandbox {
   deleteGeneration: number;
   /** True when neither the listing nor the database gave a generation (0 is sent). */
   generationGuessed: boolean;
+  /** True when the listing gave the generation: only then does a 409 naming a newer one confirm. */
+  generationListed: boolean;
 }
 
 const CLASSIFY = `
@@ -139,6 +141,7 @@ export async function classifyListing(
       firstSeenAt,
       deleteGeneration: known ?? 0,
       generationGuessed: known === null,
+      generationListed: listed.generation !== null,
     };
   });
 }
@@ -414,15 +417,18 @@ export async function reclaimOne(
     if (deleteSettledBy(error)) await endReclaim(db, target, token, false).catch(() => {});
     return { kind: 'failed', sandbox, error };
   }
-  // A 409 naming a newer generation means "the generation you named is gone". When that
-  // generation was a guess (neither the listing nor the database had one), it says nothing about
-  // the sandbox that was listed: not a confirmation.
-  if (outcome === ReleaseOutcome.SUPERSEDED && sandbox.generationGuessed) {
+  // A 409 naming a newer generation means "the generation you named is gone". Only when the
+  // listing gave that generation was it the sandbox listed; a generation from the database (or a
+  // guess) names an older container, and the live one is a newer, unrecorded one: not a
+  // confirmation, the sighting and its streak stay.
+  if (outcome === ReleaseOutcome.SUPERSEDED && !sandbox.generationListed) {
     await endReclaim(db, target, token, false);
     return {
       kind: 'unconfirmed',
       sandbox,
-      why: 'the provisioner answered 409 with a newer generation to a DELETE whose generation was unknown (a listing without generation, of a sandbox no row names): the sandbox may still be live',
+      why: sandbox.generationGuessed
+        ? 'the provisioner answered 409 with a newer generation to a DELETE whose generation was unknown (a listing without generation, of a sandbox no row names): the sandbox may still be live'
+        : 'the provisioner answered 409 with a newer generation than the one the database records (the listing gave none): a newer, unrecorded container may still be live',
     };
   }
   await endReclaim(db, target, token, true, {

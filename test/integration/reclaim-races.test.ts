@@ -186,3 +186,46 @@ it('a second reclaim of the same id is refused while the first may act, and neve
   await endReclaim(db, target, 'reclaim:first', false);
   await upsertSandbox(db, { ...s, sandboxId, generation: 1 });
 });
+
+// A listing without generation makes the reclaimer name the DATABASE's generation. When the live
+// container is a newer one nobody recorded, the generation-guarded DELETE answers 409 {newer}: that
+// confirms only that the old generation is gone. Reporting it reclaimed would end the streak (and
+// the persistent-leak alarm) while the container lives on.
+it('a 409 naming a newer generation than the database records is not a reclaim: the sighting stays', async () => {
+  await startLocal('contract');
+  const db = database.t.db;
+  const s = await scope();
+  const sandboxId = `sbx-${s.runtimeScopeId}`;
+  const first = await post(sandboxId);
+  await upsertSandbox(db, { ...s, sandboxId, generation: first });
+  await insertRun(db, { ...s, status: 'completed' });
+  await db.query('UPDATE sandbox_runtimes SET released_at = now() WHERE uid = $1 AND runtime_scope_id = $2', [
+    s.uid,
+    s.runtimeScopeId,
+  ]);
+  // The next run of the scope replaced it under the same id and crashed before recording it.
+  await fetch(new URL(`/api/sandboxes/${sandboxId}?generation=${first}`, provisioner!.url), {
+    method: 'DELETE',
+  });
+  await sleep(400);
+  await insertRun(db, { ...s, status: 'interrupted' });
+  const second = await post(sandboxId);
+  expect(second).toBeGreaterThan(first);
+  const lister = {
+    listSandboxes: async (options: { timeoutMs: number }) =>
+      (await client!.listSandboxes(options)).map((sandbox) => ({ ...sandbox, generation: null })),
+  };
+  const runWithout = (events: ReclaimEvent[] = []) =>
+    runReclaim({ db, provider, lister, onEvent: (event) => events.push(event) }, settings());
+  await runWithout();
+  await sleep(GRACE_SECONDS * 1000 + 300);
+  const events: ReclaimEvent[] = [];
+  await runWithout(events);
+  expect(events.map((event) => event.kind)).toEqual(['unconfirmed']);
+  expect(live(sandboxId)).toBe(true);
+  const { rows } = await db.query<{ n: number }>(
+    'SELECT count(*)::int AS n FROM runtime_reclaim_sightings WHERE sandbox_id = $1 AND reclaim_in_flight_until IS NULL',
+    [sandboxId],
+  );
+  expect(rows[0]!.n).toBe(1);
+});

@@ -1,7 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import { isCleanupError } from './errors.ts';
 import type { Executor } from './executor.ts';
-import { beginReclaim, endReclaim, ReclaimVerdict } from './reclaim-guard.ts';
+import {
+  beginReclaim,
+  endReclaim,
+  type ReclaimTarget,
+  ReclaimVerdict,
+  type TombstoneOptions,
+} from './reclaim-guard.ts';
 import { type ListedSandbox, ReclaimRefusal, ReclaimRefusedError } from './reclaim-listing.ts';
 import { release } from './release.ts';
 import { deleteInFlightSeconds, deleteSettledBy } from './release-guard.ts';
@@ -342,7 +348,13 @@ export async function reclaimLeaked(
       else failed += 1;
     }
   };
-  await Promise.all(Array.from({ length: Math.min(RECLAIM_DELETE_CONCURRENCY, queue.length) }, worker));
+  // Every worker settles before the run does: a run that returned with a DELETE still under way
+  // would let it outlive the run (a frozen Lambda thawed later, a CLI that closed its client).
+  const settled = await Promise.allSettled(
+    Array.from({ length: Math.min(RECLAIM_DELETE_CONCURRENCY, queue.length) }, worker),
+  );
+  const rejected = settled.find((result) => result.status === 'rejected');
+  if (rejected) throw rejected.reason;
 
   const oldest = await db.query<{ age: number }>(
     'SELECT coalesce(extract(epoch FROM now() - min(first_seen_at)), 0)::float8 AS age FROM runtime_reclaim_sightings',
@@ -366,14 +378,18 @@ export async function reclaimOne(
   const { db, provider } = deps;
   const target = { sandboxId: sandbox.sandboxId, generation: sandbox.deleteGeneration };
   const token = `reclaim:${randomUUID()}`;
+  const inFlightSeconds = deleteInFlightSeconds(
+    settings.runtimeCleanupTimeoutMs,
+    settings.provisionerDeleteTimeoutSeconds,
+  );
+  // The quarantine's end on this clock, read before the guard: the database set its deadline
+  // later than this, so this never overstates it, whatever the skew between the two clocks.
+  const protectedUntilMs = Date.now() + inFlightSeconds * 1000;
   let guard: Awaited<ReturnType<typeof beginReclaim>>;
   try {
     guard = await beginReclaim(db, target, {
       graceSeconds: settings.graceSeconds,
-      inFlightSeconds: deleteInFlightSeconds(
-        settings.runtimeCleanupTimeoutMs,
-        settings.provisionerDeleteTimeoutSeconds,
-      ),
+      inFlightSeconds,
       lockTimeoutMs: settings.lockTimeoutMs,
       token,
     });
@@ -391,6 +407,19 @@ export async function reclaimOne(
   }
   // The owner's scope key when there is one: in one process the reclaim and a release of the same
   // scope never overlap. An unrecorded sandbox has no scope; its id is its key.
+  // Never send a DELETE that may act after its quarantine ended: the release may take its whole
+  // bound, and the provisioner may act for its delete timeout after that. A worker frozen between
+  // the guard and here (a Lambda environment frozen and thawed later) gives up; nothing was sent.
+  if (
+    Date.now() + settings.runtimeCleanupTimeoutMs + settings.provisionerDeleteTimeoutSeconds * 1000 >
+    protectedUntilMs
+  ) {
+    return endOrFail(deps, sandbox, target, token, false, undefined, {
+      kind: 'unconfirmed',
+      sandbox,
+      why: 'the guard answered too late: the DELETE could still act after its quarantine ends; not sent',
+    });
+  }
   const owner = sandbox.owners[0];
   let outcome: ReleaseOutcome;
   try {
@@ -417,25 +446,62 @@ export async function reclaimOne(
     if (deleteSettledBy(error)) await endReclaim(db, target, token, false).catch(() => {});
     return { kind: 'failed', sandbox, error };
   }
+  return endAfterAnswer(deps, sandbox, settings, target, token, outcome);
+}
+
+/** The end of an answered reclaim: confirmed, or not (a 409 that does not name what was listed). */
+function endAfterAnswer(
+  deps: ReclaimDeps,
+  sandbox: ClassifiedSandbox,
+  settings: ReclaimSettings,
+  target: ReclaimTarget,
+  token: string,
+  outcome: ReleaseOutcome,
+): Promise<ReclaimEvent> {
   // A 409 naming a newer generation means "the generation you named is gone". Only when the
   // listing gave that generation was it the sandbox listed; a generation from the database (or a
   // guess) names an older container, and the live one is a newer, unrecorded one: not a
   // confirmation, the sighting and its streak stay.
   if (outcome === ReleaseOutcome.SUPERSEDED && !sandbox.generationListed) {
-    await endReclaim(db, target, token, false);
-    return {
+    return endOrFail(deps, sandbox, target, token, false, undefined, {
       kind: 'unconfirmed',
       sandbox,
       why: sandbox.generationGuessed
         ? 'the provisioner answered 409 with a newer generation to a DELETE whose generation was unknown (a listing without generation, of a sandbox no row names): the sandbox may still be live'
         : 'the provisioner answered 409 with a newer generation than the one the database records (the listing gave none): a newer, unrecorded container may still be live',
-    };
+    });
   }
-  await endReclaim(db, target, token, true, {
-    generationKnown: !sandbox.generationGuessed,
-    seconds: settings.graceSeconds,
-  });
-  return { kind: 'reclaimed', sandbox, outcome, generation: sandbox.deleteGeneration };
+  return endOrFail(
+    deps,
+    sandbox,
+    target,
+    token,
+    true,
+    { generationKnown: !sandbox.generationGuessed, seconds: settings.graceSeconds },
+    { kind: 'reclaimed', sandbox, outcome, generation: sandbox.deleteGeneration },
+  );
+}
+
+/**
+ * Ends the attempt's records and reports `event`; a failure to end them (Neon restarting the
+ * compute) is this sandbox's `failed` event, never the run's: the records simply run to their
+ * deadline, and the other workers carry on.
+ */
+async function endOrFail(
+  deps: ReclaimDeps,
+  sandbox: ClassifiedSandbox,
+  target: ReclaimTarget,
+  token: string,
+  confirmed: boolean,
+  tombstone: TombstoneOptions | undefined,
+  event: ReclaimEvent,
+): Promise<ReclaimEvent> {
+  try {
+    await endReclaim(deps.db, target, token, confirmed, tombstone);
+  } catch (error) {
+    return { kind: 'failed', sandbox, error };
+  }
+  return event;
 }
 
 /** The ReclaimRefused dimension of a whole-run failure: its reason, or `error`. */

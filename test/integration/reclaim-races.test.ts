@@ -229,3 +229,51 @@ it('a 409 naming a newer generation than the database records is not a reclaim: 
   );
   expect(rows[0]!.n).toBe(1);
 });
+
+// A database blip (Neon restarting the compute) at one sandbox's end-of-reclaim, after its DELETE
+// was answered, must stay that sandbox's failure: the run may not settle while another worker is
+// between its guard and its DELETE (a Lambda frozen with it pending, a CLI closing its client).
+it('a failed end-of-reclaim is that sandbox’s failure; the run settles only after every DELETE', async () => {
+  await startLocal('contract');
+  const db = database.t.db;
+  const a = `sbx-a-${randomUUID().slice(0, 8)}`;
+  const b = `sbx-b-${randomUUID().slice(0, 8)}`;
+  await post(a);
+  await post(b);
+  await run(); // both sighted
+  await sleep(GRACE_SECONDS * 1000 + 300);
+  const flaky = {
+    query: (text: string, params?: unknown[]) => {
+      if (text.includes('sighting_gone') && params?.[1] === a) {
+        return Promise.reject(
+          Object.assign(new Error('Connection terminated unexpectedly'), { code: '57P01' }),
+        );
+      }
+      return db.query(text as never, params as never);
+    },
+  };
+  let pending = 0;
+  const slowProvider = {
+    release: async (ref: { sandboxId: string }, signal?: AbortSignal) => {
+      pending += 1;
+      try {
+        if (ref.sandboxId === b) await sleep(1500); // b's DELETE goes out later
+        return await provider.release(ref as never, signal);
+      } finally {
+        pending -= 1;
+      }
+    },
+  };
+  const events: ReclaimEvent[] = [];
+  const report = await runReclaim(
+    { db: flaky as never, provider: slowProvider as never, lister: client!, onEvent: (e) => events.push(e) },
+    settings(),
+  );
+  expect(pending).toBe(0);
+  expect(Object.fromEntries(events.map((event) => [event.sandbox.sandboxId, event.kind]))).toEqual({
+    [a]: 'failed',
+    [b]: 'reclaimed',
+  });
+  expect(report).toMatchObject({ reclaimed: 1, failed: 1 });
+  expect(live(a) || live(b)).toBe(false);
+});

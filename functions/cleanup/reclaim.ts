@@ -167,21 +167,24 @@ function leakReason(listed: ListedSandbox, owners: SandboxOwner[]): LeakReason {
  */
 const RECORD_SIGHTINGS = `
   WITH leaked AS (
-    SELECT * FROM unnest($1::text[], $2::bigint[]) AS l(sandbox_id, generation)
+    SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[]) AS l(sandbox_id, generation, identity)
   ), forgotten AS (
     DELETE FROM runtime_reclaim_sightings g
     WHERE NOT EXISTS (SELECT 1 FROM leaked l WHERE l.sandbox_id = g.sandbox_id)
       AND (g.reclaim_in_flight_until IS NULL OR g.reclaim_in_flight_until <= clock_timestamp())
     RETURNING 1
   )
-  INSERT INTO runtime_reclaim_sightings (sandbox_id, listed_generation, first_seen_at, last_seen_at)
-  SELECT l.sandbox_id, l.generation, now(), now() FROM leaked l
+  INSERT INTO runtime_reclaim_sightings (sandbox_id, listed_generation, listed_identity, first_seen_at, last_seen_at)
+  SELECT l.sandbox_id, l.generation, l.identity, now(), now() FROM leaked l
   ON CONFLICT (sandbox_id) DO UPDATE
     SET last_seen_at = now(),
         listed_generation = EXCLUDED.listed_generation,
-        -- A different generation is a different sandbox: its streak starts now.
+        listed_identity = EXCLUDED.listed_identity,
+        -- A different generation, or a different URL or creation time, is a different container
+        -- (created again under the same id): its streak starts now.
         first_seen_at = CASE
           WHEN runtime_reclaim_sightings.listed_generation IS DISTINCT FROM EXCLUDED.listed_generation
+            OR runtime_reclaim_sightings.listed_identity IS DISTINCT FROM EXCLUDED.listed_identity
             THEN now() ELSE runtime_reclaim_sightings.first_seen_at END`;
 
 export async function recordSightings(db: Executor, leaked: readonly ListedSandbox[]): Promise<void> {
@@ -189,6 +192,7 @@ export async function recordSightings(db: Executor, leaked: readonly ListedSandb
   await db.query(RECORD_SIGHTINGS, [
     leaked.map((sandbox) => sandbox.sandboxId),
     leaked.map((sandbox) => sandbox.generation),
+    leaked.map((sandbox) => sandbox.identity ?? null),
   ]);
 }
 

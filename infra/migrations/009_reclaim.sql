@@ -12,12 +12,15 @@
 --   starts again). A sandbox is reclaimed only once first_seen_at is at least RECLAIM_GRACE_SECONDS
 --   old, i.e. it stayed leaked on two consecutive listings at least the grace apart: a sandbox
 --   created a moment ago, before the platform recorded it, is never deleted.
+-- listed_identity: what the listing entry said that changes when the container is created again
+--   under the same id (sandbox_url, created_at): a change restarts the streak like a new generation.
 -- reclaim_in_flight_until / _token: set by the guard below when it lets a DELETE through, so a
 --   platform recording this sandbox id meanwhile is refused (trigger below) until the DELETE has
 --   been answered (the row is then deleted) or the deadline passed.
 CREATE TABLE IF NOT EXISTS runtime_reclaim_sightings (
   sandbox_id               text PRIMARY KEY,
   listed_generation        bigint,
+  listed_identity          text,
   first_seen_at            timestamptz NOT NULL DEFAULT now(),
   last_seen_at             timestamptz NOT NULL DEFAULT now(),
   reclaim_in_flight_until  timestamptz,

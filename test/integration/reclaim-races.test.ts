@@ -277,3 +277,28 @@ it('a failed end-of-reclaim is that sandbox’s failure; the run settles only af
   expect(report).toMatchObject({ reclaimed: 1, failed: 1 });
   expect(live(a) || live(b)).toBe(false);
 });
+
+// Without generations (the platform's listing), a leaked id removed by someone else (an idle
+// reaper, an operator) and created again within one listing interval must not inherit the old
+// streak: the listing's creation time differs, so the streak restarts and the fresh container,
+// not yet recorded, waits a whole grace.
+it('a container created again under a leaked id a moment ago is never reclaimed (listing without generation)', async () => {
+  await startLocal('platform');
+  const sandboxId = `sbx-again-${randomUUID().slice(0, 8)}`;
+  await post(sandboxId);
+  await run(); // first sighting
+  await sleep(GRACE_SECONDS * 1000 + 300);
+  const removed = await fetch(new URL(`/api/sandboxes/${sandboxId}`, provisioner!.url), { method: 'DELETE' });
+  expect(removed.status).toBeLessThan(300);
+  await sleep(400); // the local provisioner's process grace
+  await post(sandboxId);
+  const events: ReclaimEvent[] = [];
+  const report = await run(events); // the next listing, before the platform recorded it
+  expect(events).toEqual([]);
+  expect(report.due).toEqual([]);
+  expect(live(sandboxId)).toBe(true);
+  // The same container, still unrecorded a whole grace later, is reclaimed.
+  await sleep(GRACE_SECONDS * 1000 + 300);
+  expect((await run()).reclaimed).toBe(1);
+  expect(live(sandboxId)).toBe(false);
+});

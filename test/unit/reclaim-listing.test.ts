@@ -33,11 +33,20 @@ describe('parseSandboxListing', () => {
         }),
       ),
     ).toEqual([
-      { sandboxId: 'a', generation: 3, status: 'running' },
-      { sandboxId: 'b', generation: null, status: 'running' },
-      { sandboxId: 'c', generation: 7, status: null },
+      { sandboxId: 'a', generation: 3, status: 'running', identity: '["u",null]' },
+      { sandboxId: 'b', generation: null, status: 'running', identity: '["u",null]' },
+      { sandboxId: 'c', generation: 7, status: null, identity: null },
     ]);
     expect(parseSandboxListing('{"sandboxes":[],"count":0}')).toEqual([]);
+  });
+
+  it('identifies a container by its URL and creation time: one created again under the id differs', () => {
+    const identity = (createdAt: string) =>
+      parseSandboxListing(
+        JSON.stringify({ sandboxes: [{ sandbox_id: 'a', sandbox_url: 'u', created_at: createdAt }] }),
+      )[0]!.identity;
+    expect(identity('2026-11-30T17:00:00.000Z')).toBe(identity('2026-11-30T17:00:00.000Z'));
+    expect(identity('2026-11-30T17:00:00.000Z')).not.toBe(identity('2026-11-30T17:00:01.000Z'));
   });
 
   it.each([

@@ -409,8 +409,6 @@ export async function reclaimOne(
       runtimeScopeId: guard.runtimeScopeId,
     };
   }
-  // The owner's scope key when there is one: in one process the reclaim and a release of the same
-  // scope never overlap. An unrecorded sandbox has no scope; its id is its key.
   // Never send a DELETE that may act after its quarantine ended: the release may take its whole
   // bound, and the provisioner may act for its delete timeout after that. A worker frozen between
   // the guard and here (a Lambda environment frozen and thawed later) gives up; nothing was sent.
@@ -424,6 +422,8 @@ export async function reclaimOne(
       why: 'the guard answered too late: the DELETE could still act after its quarantine ends; not sent',
     });
   }
+  // The owner's scope key when there is one: in one process the reclaim and a release of the same
+  // scope never overlap. An unrecorded sandbox has no scope; its id is its key.
   const owner = sandbox.owners[0];
   let outcome: ReleaseOutcome;
   try {

@@ -12,6 +12,7 @@ import { afterEach, expect, it } from 'vitest';
 import { ProvisionerClient } from '../../functions/adapters/provisioner-client.ts';
 import { type ReclaimEvent, type ReclaimSettings, runReclaim } from '../../functions/cleanup/reclaim.ts';
 import { beginReclaim, endReclaim, ReclaimVerdict } from '../../functions/cleanup/reclaim-guard.ts';
+import { DELETE_IN_FLIGHT_MARGIN_SECONDS } from '../../functions/cleanup/release-guard.ts';
 import { SandboxProvider } from '../../functions/cleanup/sandbox-provider.ts';
 import { type LocalProvisioner, startProvisioner } from '../../infra/local/provisioner/server.ts';
 import { insertConversation, insertRun, upsertSandbox } from '../support/factories.ts';
@@ -302,3 +303,37 @@ it('a container created again under a leaked id a moment ago is never reclaimed 
   expect((await run()).reclaimed).toBe(1);
   expect(live(sandboxId)).toBe(false);
 });
+
+// A worker frozen between its guard and its DELETE (a Lambda environment frozen with the promise
+// pending, thawed at a later invocation) must not send a DELETE that could act after its
+// quarantine ended: the guard's answer arriving later than the margin stands in for the freeze.
+it('a DELETE whose quarantine could end before it is answered is never sent', async () => {
+  await startLocal('contract');
+  const db = database.t.db;
+  const sandboxId = `sbx-frozen-${randomUUID().slice(0, 8)}`;
+  await post(sandboxId);
+  await run(); // first sighting
+  await sleep(GRACE_SECONDS * 1000 + 300);
+  const frozen = {
+    query: async (text: string, params?: unknown[]) => {
+      const answer = await db.query(text as never, params as never);
+      if (text.includes('runtime_cleanup_begin_reclaim'))
+        await sleep((DELETE_IN_FLIGHT_MARGIN_SECONDS + 0.5) * 1000);
+      return answer;
+    },
+  };
+  const events: ReclaimEvent[] = [];
+  await runReclaim(
+    { db: frozen as never, provider, lister: client!, onEvent: (event) => events.push(event) },
+    settings(),
+  );
+  expect(events.map((event) => event.kind)).toEqual(['unconfirmed']);
+  expect(provisioner!.audit().filter((entry) => entry.method === 'DELETE')).toEqual([]);
+  expect(live(sandboxId)).toBe(true);
+  // Nothing was sent, so nothing can act: the attempt's quarantine ended at once.
+  const { rows } = await db.query<{ n: number }>(
+    'SELECT count(*)::int AS n FROM runtime_reclaim_sightings WHERE sandbox_id = $1 AND reclaim_in_flight_until IS NULL',
+    [sandboxId],
+  );
+  expect(rows[0]!.n).toBe(1);
+}, 30_000);

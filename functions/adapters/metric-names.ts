@@ -33,7 +33,7 @@ export const MetricName = {
   /** Dimension `reason` (why it counted as leaked): unrecorded | cleanup_never_ran | kept_after_release | generation_unrecorded. */
   SANDBOXES_RECLAIMED: 'SandboxesReclaimed',
   /**
-   * Dimension `reason`: a whole run refused before any DELETE (list_* or share_exceeded), also
+   * Dimension `reason`: a whole run refused before any DELETE (list_*, share_exceeded or no_known_sandboxes), also
    * emitted without the dimension for the alarm; or one sandbox the guard or the provisioner kept
    * from being reclaimed (scope_active, scope_fenced, delete_in_flight, …, delete_failed).
    */

@@ -32,8 +32,10 @@ const BEGIN_RECLAIM = `
  * Once the provisioner answered (or the request was never sent), this attempt's records end: the
  * rows it marked drop their delete-in-flight record (only if still this attempt's), and the
  * sighting either goes (`confirmed`: the sandbox is gone, the generation deleted is marked
- * released on every row that names it unreleased) or stays for the next run with its record
- * cleared. One statement, so a crash in between leaves no half-ended record.
+ * released on every row that names it unreleased, and a tombstone refuses the platform recording
+ * that id, at most that generation, for the grace: see 009) or stays for the next run with its
+ * record cleared. Expired tombstones go here too, so the table holds at most the grace's reclaims.
+ * One statement, so a crash in between leaves no half-ended record.
  */
 const END_RECLAIM = `
   WITH rows_ended AS (
@@ -54,8 +56,25 @@ const END_RECLAIM = `
     DELETE FROM runtime_reclaim_sightings g
     WHERE g.sandbox_id = $2::text AND g.reclaim_in_flight_token = $1::text AND $3::boolean
     RETURNING 1
+  ), tombstones_expired AS (
+    DELETE FROM runtime_reclaim_tombstones t WHERE t.expires_at <= clock_timestamp()
+    RETURNING 1
+  ), tombstone AS (
+    INSERT INTO runtime_reclaim_tombstones (sandbox_id, reclaimed_generation, reclaimed_at, expires_at)
+    SELECT $2::text, $5::bigint, now(), clock_timestamp() + make_interval(secs => $6::float8)
+    FROM sighting_gone
+    ON CONFLICT (sandbox_id) DO UPDATE
+      SET reclaimed_generation = CASE
+            WHEN runtime_reclaim_tombstones.reclaimed_generation IS NULL OR EXCLUDED.reclaimed_generation IS NULL
+              THEN NULL
+            ELSE greatest(runtime_reclaim_tombstones.reclaimed_generation, EXCLUDED.reclaimed_generation) END,
+          reclaimed_at = EXCLUDED.reclaimed_at,
+          expires_at = greatest(runtime_reclaim_tombstones.expires_at, EXCLUDED.expires_at)
+    RETURNING 1
   )
   SELECT (SELECT count(*) FROM rows_ended)::int AS rows_ended,
+         (SELECT count(*) FROM tombstones_expired)::int AS tombstones_expired,
+         (SELECT count(*) FROM tombstone)::int AS tombstones_left,
          (SELECT count(*) FROM sighting_ended)::int + (SELECT count(*) FROM sighting_gone)::int AS sightings_ended`;
 
 export interface ReclaimTarget {
@@ -116,6 +135,23 @@ export async function endReclaim(
   target: ReclaimTarget,
   token: string,
   confirmed: boolean,
+  tombstone?: TombstoneOptions,
 ): Promise<void> {
-  await db.query(END_RECLAIM, [token, target.sandboxId, confirmed, target.generation]);
+  if (confirmed && !tombstone) throw new Error('endReclaim: a confirmed reclaim needs its tombstone');
+  await db.query(END_RECLAIM, [
+    token,
+    target.sandboxId,
+    confirmed,
+    target.generation,
+    tombstone?.generationKnown === false ? null : target.generation,
+    Math.max(0, tombstone?.seconds ?? 0),
+  ]);
+}
+
+/** The tombstone a confirmed reclaim leaves (runtime_reclaim_tombstones, migration 009). */
+export interface TombstoneOptions {
+  /** False when the generation deleted was a guess: the tombstone then refuses every generation. */
+  generationKnown: boolean;
+  /** How long the platform's records of the id stay refused (the grace). */
+  seconds: number;
 }

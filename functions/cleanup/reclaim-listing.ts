@@ -21,6 +21,8 @@ export const ReclaimRefusal = {
   LIST_COUNT_MISMATCH: 'list_count_mismatch',
   /** More of the listing looks leaked than RECLAIM_MAX_SHARE_PERCENT allows: trust neither side. */
   SHARE_EXCEEDED: 'share_exceeded',
+  /** No listed sandbox is named by any row (RECLAIM_MAX_SHARE_PERCENT below 100): a foreign database. */
+  NO_KNOWN_SANDBOXES: 'no_known_sandboxes',
 } as const;
 export type ReclaimRefusal = (typeof ReclaimRefusal)[keyof typeof ReclaimRefusal];
 
@@ -43,6 +45,12 @@ export interface ListedSandbox {
   /** Null when the reply carries none (the platform's provisioner today). */
   generation: number | null;
   status: string | null;
+  /**
+   * What the entry says that changes when a container is created again under the same id (its
+   * `sandbox_url` and, when given, `created_at`), or null when it gives neither. A change restarts
+   * the streak, like a changed generation: the only such signal a listing without generation has.
+   */
+  identity?: string | null;
 }
 
 /**
@@ -101,7 +109,13 @@ function parseEntry(entry: unknown, index: number): ListedSandbox {
       index,
     });
   if (typeof entry !== 'object' || entry === null || Array.isArray(entry)) throw bad('not an object');
-  const { sandbox_id: sandboxId, generation, status } = entry as Record<string, unknown>;
+  const {
+    sandbox_id: sandboxId,
+    generation,
+    status,
+    sandbox_url: sandboxUrl,
+    created_at: createdAt,
+  } = entry as Record<string, unknown>;
   if (typeof sandboxId !== 'string') throw bad('sandbox_id is not a string');
   if (!isDeletableSandboxId(sandboxId)) {
     throw bad(`sandbox_id ${JSON.stringify(sandboxId.slice(0, 80))} is not a valid sandbox id`);
@@ -117,7 +131,14 @@ function parseEntry(entry: unknown, index: number): ListedSandbox {
   }
   if (status !== undefined && status !== null && typeof status !== 'string')
     throw bad('status is not a string');
-  return { sandboxId, generation: parsedGeneration, status: typeof status === 'string' ? status : null };
+  const url = typeof sandboxUrl === 'string' ? sandboxUrl : null;
+  const created = typeof createdAt === 'string' || typeof createdAt === 'number' ? String(createdAt) : null;
+  return {
+    sandboxId,
+    generation: parsedGeneration,
+    status: typeof status === 'string' ? status : null,
+    identity: url === null && created === null ? null : JSON.stringify([url, created]),
+  };
 }
 
 /**

@@ -1,7 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import { isCleanupError } from './errors.ts';
 import type { Executor } from './executor.ts';
-import { beginReclaim, endReclaim, ReclaimVerdict } from './reclaim-guard.ts';
+import {
+  beginReclaim,
+  endReclaim,
+  type ReclaimTarget,
+  ReclaimVerdict,
+  type TombstoneOptions,
+} from './reclaim-guard.ts';
 import { type ListedSandbox, ReclaimRefusal, ReclaimRefusedError } from './reclaim-listing.ts';
 import { release } from './release.ts';
 import { deleteInFlightSeconds, deleteSettledBy } from './release-guard.ts';
@@ -14,8 +20,9 @@ import { ReleaseOutcome } from './types.ts';
  *   1. list the provisioner's live sandboxes (a listing it cannot trust refuses the run);
  *   2. classify each against `sandbox_runtimes` and `agent_runs` in one read: a sandbox is leaked
  *      now when no scope whose row names it is active, fenced or has a delete in flight;
- *   3. refuse the run when more than RECLAIM_MAX_SHARE_PERCENT of the listing looks leaked (an
- *      empty database pointed at a full provisioner): nothing is recorded or deleted;
+ *   3. refuse the run when more than RECLAIM_MAX_SHARE_PERCENT of the listing (at least
+ *      SHARE_RULE_ALLOWANCE) looks leaked, or when no listed sandbox is named by any row (an empty
+ *      or foreign database pointed at a live provisioner): nothing is recorded or deleted;
  *   4. record the streaks (`runtime_reclaim_sightings`): a sandbox leaked now keeps or starts its
  *      streak, every other sandbox loses it;
  *   5. delete, at most RECLAIM_MAX_PER_RUN, oldest streak first, those whose streak is at least
@@ -27,8 +34,12 @@ import { ReleaseOutcome } from './types.ts';
  * fence or a delete in flight owns its sandbox however long it has been idle.
  */
 
-/** Below this many leaked sandboxes the share rule does not apply: a handful cannot be a fleet. */
-export const SHARE_RULE_MIN_LEAKED = 10;
+/**
+ * The share rule's absolute allowance: a run may always reclaim this many at once, whatever the
+ * share, so a tiny fleet (two listed, one leaked) can still reclaim its leak. Every listing is
+ * checked: the allowed number of leaked sandboxes is max(ceil(share x listed), this).
+ */
+export const SHARE_RULE_ALLOWANCE = 2;
 
 /** Deletes of one run in flight at once: the provisioner sees a trickle, never a burst. */
 export const RECLAIM_DELETE_CONCURRENCY = 4;
@@ -68,6 +79,8 @@ export interface ClassifiedSandbox extends ListedSandbox {
   deleteGeneration: number;
   /** True when neither the listing nor the database gave a generation (0 is sent). */
   generationGuessed: boolean;
+  /** True when the listing gave the generation: only then does a 409 naming a newer one confirm. */
+  generationListed: boolean;
 }
 
 const CLASSIFY = `
@@ -134,6 +147,7 @@ export async function classifyListing(
       firstSeenAt,
       deleteGeneration: known ?? 0,
       generationGuessed: known === null,
+      generationListed: listed.generation !== null,
     };
   });
 }
@@ -153,21 +167,24 @@ function leakReason(listed: ListedSandbox, owners: SandboxOwner[]): LeakReason {
  */
 const RECORD_SIGHTINGS = `
   WITH leaked AS (
-    SELECT * FROM unnest($1::text[], $2::bigint[]) AS l(sandbox_id, generation)
+    SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[]) AS l(sandbox_id, generation, identity)
   ), forgotten AS (
     DELETE FROM runtime_reclaim_sightings g
     WHERE NOT EXISTS (SELECT 1 FROM leaked l WHERE l.sandbox_id = g.sandbox_id)
       AND (g.reclaim_in_flight_until IS NULL OR g.reclaim_in_flight_until <= clock_timestamp())
     RETURNING 1
   )
-  INSERT INTO runtime_reclaim_sightings (sandbox_id, listed_generation, first_seen_at, last_seen_at)
-  SELECT l.sandbox_id, l.generation, now(), now() FROM leaked l
+  INSERT INTO runtime_reclaim_sightings (sandbox_id, listed_generation, listed_identity, first_seen_at, last_seen_at)
+  SELECT l.sandbox_id, l.generation, l.identity, now(), now() FROM leaked l
   ON CONFLICT (sandbox_id) DO UPDATE
     SET last_seen_at = now(),
         listed_generation = EXCLUDED.listed_generation,
-        -- A different generation is a different sandbox: its streak starts now.
+        listed_identity = EXCLUDED.listed_identity,
+        -- A different generation, or a different URL or creation time, is a different container
+        -- (created again under the same id): its streak starts now.
         first_seen_at = CASE
           WHEN runtime_reclaim_sightings.listed_generation IS DISTINCT FROM EXCLUDED.listed_generation
+            OR runtime_reclaim_sightings.listed_identity IS DISTINCT FROM EXCLUDED.listed_identity
             THEN now() ELSE runtime_reclaim_sightings.first_seen_at END`;
 
 export async function recordSightings(db: Executor, leaked: readonly ListedSandbox[]): Promise<void> {
@@ -175,6 +192,7 @@ export async function recordSightings(db: Executor, leaked: readonly ListedSandb
   await db.query(RECORD_SIGHTINGS, [
     leaked.map((sandbox) => sandbox.sandboxId),
     leaked.map((sandbox) => sandbox.generation),
+    leaked.map((sandbox) => sandbox.identity ?? null),
   ]);
 }
 
@@ -241,7 +259,7 @@ export interface ReclaimReport extends ReclaimPlan {
 
 /**
  * Steps 2 and 3 (read only): what a run would do now. `ops orphans` shows it; `reclaim` acts on it.
- * Throws ReclaimRefusedError(share_exceeded) when the listing looks like a runaway.
+ * Throws ReclaimRefusedError(share_exceeded | no_known_sandboxes) when the listing looks like a runaway.
  */
 export async function planReclaim(
   db: Executor,
@@ -250,7 +268,8 @@ export async function planReclaim(
 ): Promise<ReclaimPlan> {
   const classified = await classifyListing(db, listing, { graceSeconds: settings.graceSeconds });
   const leaked = classified.filter((sandbox) => sandbox.leaked);
-  refuseRunaway(listing.length, leaked.length, settings.maxSharePercent);
+  const known = classified.filter((sandbox) => sandbox.owners.length > 0).length;
+  refuseRunaway(listing.length, leaked.length, settings.maxSharePercent, known);
   const due = leaked
     .filter((sandbox) => sandbox.waiting === null)
     .sort((a, b) => a.firstSeenAt!.getTime() - b.firstSeenAt!.getTime());
@@ -263,14 +282,30 @@ export async function planReclaim(
   };
 }
 
-export function refuseRunaway(listed: number, leaked: number, maxSharePercent: number): void {
-  if (leaked < SHARE_RULE_MIN_LEAKED) return;
-  if (leaked * 100 > listed * maxSharePercent) {
+/**
+ * Refuses a listing this database cannot be the right one for. `known`: listed sandboxes some
+ * `sandbox_runtimes` row names. RECLAIM_MAX_SHARE_PERCENT=100 turns both checks off (the operator
+ * trusts the database completely).
+ */
+export function refuseRunaway(listed: number, leaked: number, maxSharePercent: number, known: number): void {
+  if (maxSharePercent >= 100) return;
+  // A database that names none of a fleet (a wrong DATABASE_URL, a branch restored to before those
+  // rows) would see every sandbox as leaked; a share alone lets a small fleet through.
+  if (listed > 0 && known === 0) {
+    throw new ReclaimRefusedError(
+      ReclaimRefusal.NO_KNOWN_SANDBOXES,
+      `none of the ${listed} listed sandboxes is named by any sandbox_runtimes row: ` +
+        'is this the right database and the right provisioner? nothing was recorded or deleted',
+      { listed, leaked, known },
+    );
+  }
+  const allowed = Math.max(Math.ceil((listed * maxSharePercent) / 100), SHARE_RULE_ALLOWANCE);
+  if (leaked > allowed) {
     throw new ReclaimRefusedError(
       ReclaimRefusal.SHARE_EXCEEDED,
       `${leaked} of ${listed} listed sandboxes look leaked, more than RECLAIM_MAX_SHARE_PERCENT=${maxSharePercent}%: ` +
         'is this the right database and the right provisioner? nothing was recorded or deleted',
-      { listed, leaked, maxSharePercent },
+      { listed, leaked, maxSharePercent, allowed },
     );
   }
 }
@@ -317,7 +352,13 @@ export async function reclaimLeaked(
       else failed += 1;
     }
   };
-  await Promise.all(Array.from({ length: Math.min(RECLAIM_DELETE_CONCURRENCY, queue.length) }, worker));
+  // Every worker settles before the run does: a run that returned with a DELETE still under way
+  // would let it outlive the run (a frozen Lambda thawed later, a CLI that closed its client).
+  const settled = await Promise.allSettled(
+    Array.from({ length: Math.min(RECLAIM_DELETE_CONCURRENCY, queue.length) }, worker),
+  );
+  const rejected = settled.find((result) => result.status === 'rejected');
+  if (rejected) throw rejected.reason;
 
   const oldest = await db.query<{ age: number }>(
     'SELECT coalesce(extract(epoch FROM now() - min(first_seen_at)), 0)::float8 AS age FROM runtime_reclaim_sightings',
@@ -341,14 +382,18 @@ export async function reclaimOne(
   const { db, provider } = deps;
   const target = { sandboxId: sandbox.sandboxId, generation: sandbox.deleteGeneration };
   const token = `reclaim:${randomUUID()}`;
+  const inFlightSeconds = deleteInFlightSeconds(
+    settings.runtimeCleanupTimeoutMs,
+    settings.provisionerDeleteTimeoutSeconds,
+  );
+  // The quarantine's end on this clock, read before the guard: the database set its deadline
+  // later than this, so this never overstates it, whatever the skew between the two clocks.
+  const protectedUntilMs = Date.now() + inFlightSeconds * 1000;
   let guard: Awaited<ReturnType<typeof beginReclaim>>;
   try {
     guard = await beginReclaim(db, target, {
       graceSeconds: settings.graceSeconds,
-      inFlightSeconds: deleteInFlightSeconds(
-        settings.runtimeCleanupTimeoutMs,
-        settings.provisionerDeleteTimeoutSeconds,
-      ),
+      inFlightSeconds,
       lockTimeoutMs: settings.lockTimeoutMs,
       token,
     });
@@ -363,6 +408,19 @@ export async function reclaimOne(
       uid: guard.uid,
       runtimeScopeId: guard.runtimeScopeId,
     };
+  }
+  // Never send a DELETE that may act after its quarantine ended: the release may take its whole
+  // bound, and the provisioner may act for its delete timeout after that. A worker frozen between
+  // the guard and here (a Lambda environment frozen and thawed later) gives up; nothing was sent.
+  if (
+    Date.now() + settings.runtimeCleanupTimeoutMs + settings.provisionerDeleteTimeoutSeconds * 1000 >
+    protectedUntilMs
+  ) {
+    return endOrFail(deps, sandbox, target, token, false, undefined, {
+      kind: 'unconfirmed',
+      sandbox,
+      why: 'the guard answered too late: the DELETE could still act after its quarantine ends; not sent',
+    });
   }
   // The owner's scope key when there is one: in one process the reclaim and a release of the same
   // scope never overlap. An unrecorded sandbox has no scope; its id is its key.
@@ -392,19 +450,62 @@ export async function reclaimOne(
     if (deleteSettledBy(error)) await endReclaim(db, target, token, false).catch(() => {});
     return { kind: 'failed', sandbox, error };
   }
-  // A 409 naming a newer generation means "the generation you named is gone". When that
-  // generation was a guess (neither the listing nor the database had one), it says nothing about
-  // the sandbox that was listed: not a confirmation.
-  if (outcome === ReleaseOutcome.SUPERSEDED && sandbox.generationGuessed) {
-    await endReclaim(db, target, token, false);
-    return {
+  return endAfterAnswer(deps, sandbox, settings, target, token, outcome);
+}
+
+/** The end of an answered reclaim: confirmed, or not (a 409 that does not name what was listed). */
+function endAfterAnswer(
+  deps: ReclaimDeps,
+  sandbox: ClassifiedSandbox,
+  settings: ReclaimSettings,
+  target: ReclaimTarget,
+  token: string,
+  outcome: ReleaseOutcome,
+): Promise<ReclaimEvent> {
+  // A 409 naming a newer generation means "the generation you named is gone". Only when the
+  // listing gave that generation was it the sandbox listed; a generation from the database (or a
+  // guess) names an older container, and the live one is a newer, unrecorded one: not a
+  // confirmation, the sighting and its streak stay.
+  if (outcome === ReleaseOutcome.SUPERSEDED && !sandbox.generationListed) {
+    return endOrFail(deps, sandbox, target, token, false, undefined, {
       kind: 'unconfirmed',
       sandbox,
-      why: 'the provisioner answered 409 with a newer generation to a DELETE whose generation was unknown (a listing without generation, of a sandbox no row names): the sandbox may still be live',
-    };
+      why: sandbox.generationGuessed
+        ? 'the provisioner answered 409 with a newer generation to a DELETE whose generation was unknown (a listing without generation, of a sandbox no row names): the sandbox may still be live'
+        : 'the provisioner answered 409 with a newer generation than the one the database records (the listing gave none): a newer, unrecorded container may still be live',
+    });
   }
-  await endReclaim(db, target, token, true);
-  return { kind: 'reclaimed', sandbox, outcome, generation: sandbox.deleteGeneration };
+  return endOrFail(
+    deps,
+    sandbox,
+    target,
+    token,
+    true,
+    { generationKnown: !sandbox.generationGuessed, seconds: settings.graceSeconds },
+    { kind: 'reclaimed', sandbox, outcome, generation: sandbox.deleteGeneration },
+  );
+}
+
+/**
+ * Ends the attempt's records and reports `event`; a failure to end them (Neon restarting the
+ * compute) is this sandbox's `failed` event, never the run's: the records simply run to their
+ * deadline, and the other workers carry on.
+ */
+async function endOrFail(
+  deps: ReclaimDeps,
+  sandbox: ClassifiedSandbox,
+  target: ReclaimTarget,
+  token: string,
+  confirmed: boolean,
+  tombstone: TombstoneOptions | undefined,
+  event: ReclaimEvent,
+): Promise<ReclaimEvent> {
+  try {
+    await endReclaim(deps.db, target, token, confirmed, tombstone);
+  } catch (error) {
+    return { kind: 'failed', sandbox, error };
+  }
+  return event;
 }
 
 /** The ReclaimRefused dimension of a whole-run failure: its reason, or `error`. */

@@ -12,16 +12,34 @@
 --   starts again). A sandbox is reclaimed only once first_seen_at is at least RECLAIM_GRACE_SECONDS
 --   old, i.e. it stayed leaked on two consecutive listings at least the grace apart: a sandbox
 --   created a moment ago, before the platform recorded it, is never deleted.
+-- listed_identity: what the listing entry said that changes when the container is created again
+--   under the same id (sandbox_url, created_at): a change restarts the streak like a new generation.
 -- reclaim_in_flight_until / _token: set by the guard below when it lets a DELETE through, so a
 --   platform recording this sandbox id meanwhile is refused (trigger below) until the DELETE has
 --   been answered (the row is then deleted) or the deadline passed.
 CREATE TABLE IF NOT EXISTS runtime_reclaim_sightings (
   sandbox_id               text PRIMARY KEY,
   listed_generation        bigint,
+  listed_identity          text,
   first_seen_at            timestamptz NOT NULL DEFAULT now(),
   last_seen_at             timestamptz NOT NULL DEFAULT now(),
   reclaim_in_flight_until  timestamptz,
   reclaim_in_flight_token  text
+);
+
+-- runtime_reclaim_tombstones: one row per sandbox id whose reclaim DELETE was confirmed, kept until
+--   expires_at (the grace after the confirmation; rows past it are deleted by the next confirmation).
+--   The platform's admission is "admit under the scope lock, POST, record": between its POST and its
+--   record no row names the sandbox, and the provisioner's POST hands a live container with that id
+--   out again. A reclaim answered in that window deleted the container the run is about to record;
+--   the trigger below refuses that record (55006), so the platform POSTs again and gets a fresh one.
+--   reclaimed_generation: the generation deleted; NULL when it was not known (then any record of the
+--   id is refused until expires_at, since nothing tells the fresh container from the deleted one).
+CREATE TABLE IF NOT EXISTS runtime_reclaim_tombstones (
+  sandbox_id            text PRIMARY KEY,
+  reclaimed_generation  bigint,
+  reclaimed_at          timestamptz NOT NULL DEFAULT now(),
+  expires_at            timestamptz NOT NULL
 );
 
 -- The advisory lock that serialises the reclaim guard of one sandbox id with any write that makes a
@@ -88,6 +106,7 @@ CREATE OR REPLACE FUNCTION runtime_reclaim_scope_hold(p_uid text, p_runtime_scop
 --   not_sighted       the sighting is gone or younger than the grace (another reclaimer acted, or
 --                     a listing found it owned meanwhile)
 --   owner_changed     a scope started naming the sandbox between the locks (try next run)
+--   delete_in_flight  (also) another reclaim's DELETE of this id may still act: its deadline is open
 --   scope_active | scope_fenced | delete_in_flight | scope_recent   (runtime_reclaim_scope_hold)
 --   proceed           the DELETE may be sent; in_flight_until says until when it may act
 --
@@ -137,6 +156,14 @@ CREATE OR REPLACE FUNCTION runtime_cleanup_begin_reclaim(
       RETURN QUERY SELECT 'not_sighted'::text, NULL::text, NULL::text, NULL::timestamptz;
       RETURN;
     END IF;
+    -- Another reclaim's DELETE of this id may still act (the schedule and `ops reclaim --yes`, or
+    -- two invocations): its record is never overwritten, so its end cannot clear this one's, nor
+    -- this one's end clear its.
+    IF EXISTS (SELECT 1 FROM runtime_reclaim_sightings g
+               WHERE g.sandbox_id = p_sandbox_id AND g.reclaim_in_flight_until > clock_timestamp()) THEN
+      RETURN QUERY SELECT 'delete_in_flight'::text, NULL::text, NULL::text, NULL::timestamptz;
+      RETURN;
+    END IF;
 
     FOR owner IN
       SELECT s.uid, s.runtime_scope_id FROM sandbox_runtimes s
@@ -166,7 +193,8 @@ CREATE OR REPLACE FUNCTION runtime_cleanup_begin_reclaim(
   $$;
 
 -- A platform recording a sandbox id (a new row, or a row changing to that id or generation) while
--- a reclaim DELETE of that id may still act is refused: the platform's provisioner hands a live
+-- a reclaim DELETE of that id may still act, or a generation a confirmed reclaim deleted (the
+-- tombstones above), is refused: the platform's provisioner hands a live
 -- container out again on POST, so the run would get the very sandbox the DELETE is removing. The
 -- error names the sandbox and the deadline; the platform's acquisition fails and it retries after.
 -- The lock makes the check and the guard's record strictly ordered.
@@ -184,6 +212,15 @@ CREATE OR REPLACE FUNCTION sandbox_runtimes_refuse_reclaimed() RETURNS trigger
         WHERE g.sandbox_id = NEW.sandbox_id AND g.reclaim_in_flight_until > clock_timestamp();
       IF FOUND THEN
         RAISE EXCEPTION 'sandbox % is being reclaimed (a DELETE may act until %); create or record it again after that', NEW.sandbox_id, until
+          USING ERRCODE = '55006';
+      END IF;
+      -- A confirmed reclaim deleted this id (at most this generation): a record of it, or of a
+      -- generation not newer, names a deleted container (handed out by a POST before the DELETE).
+      SELECT t.expires_at INTO until FROM runtime_reclaim_tombstones t
+        WHERE t.sandbox_id = NEW.sandbox_id AND t.expires_at > clock_timestamp()
+          AND (t.reclaimed_generation IS NULL OR NEW.generation <= t.reclaimed_generation);
+      IF FOUND THEN
+        RAISE EXCEPTION 'sandbox % generation % was reclaimed (deleted); create it again (POST) and record the new generation (refused for unknown generations until %)', NEW.sandbox_id, NEW.generation, until
           USING ERRCODE = '55006';
       END IF;
     END IF;

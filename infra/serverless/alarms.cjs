@@ -153,7 +153,7 @@ function alarmResources({ stage, service, config, subscription }) {
       AlarmName: name('reclaim-refused'),
       AlarmDescription: describe(
         `reclaim runs were refused in two periods in a row: the provisioner's listing could not be trusted (not JSON, wrong shape, count mismatch, unreachable) or more than RECLAIM_MAX_SHARE_PERCENT (${config.RECLAIM_MAX_SHARE_PERCENT}%) of it looked leaked at once. Nothing was deleted; leaks accumulate meanwhile.`,
-        `read ReclaimRefused by reason on the dashboard and the reclaimer's "reclaim run refused" log line. share_exceeded: check that DATABASE_URL and SANDBOX_PROVISIONER_URL belong to the same stage (an empty or wrong database makes every sandbox look leaked); \`npm run ops -- orphans\` shows what it sees. list_*: check the provisioner's GET /api/sandboxes.`,
+        `read ReclaimRefused by reason on the dashboard and the reclaimer's "reclaim run refused" log line. share_exceeded: check that DATABASE_URL and SANDBOX_PROVISIONER_URL belong to the same stage (an empty or wrong database makes every sandbox look leaked; no_known_sandboxes: the database names none of the listed sandboxes); \`npm run ops -- orphans\` shows what it sees. list_*: check the provisioner's GET /api/sandboxes.`,
       ),
       Namespace: METRICS_NAMESPACE,
       MetricName: MetricName.RECLAIM_REFUSED,

@@ -40,12 +40,14 @@ describe('listing: GET /api/sandboxes (contract §3)', () => {
           sandbox_id: 'run-a',
           sandbox_url: `${provisioner.url}/sandboxes/run-a`,
           status: 'running',
+          created_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
           generation: 1,
         },
         {
           sandbox_id: 'run-b',
           sandbox_url: `${provisioner.url}/sandboxes/run-b`,
           status: 'running',
+          created_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
           generation: 2,
         },
       ]),
@@ -110,7 +112,14 @@ describe('platform-compatible mode', () => {
     await createSandbox('run-1', platform);
     const listed = await call('GET', '/api/sandboxes', { base: platform });
     expect(listed.body).toEqual({
-      sandboxes: [{ sandbox_id: 'run-1', sandbox_url: `${platform.url}/sandboxes/run-1`, status: 'running' }],
+      sandboxes: [
+        {
+          sandbox_id: 'run-1',
+          sandbox_url: `${platform.url}/sandboxes/run-1`,
+          status: 'running',
+          created_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
+        },
+      ],
       count: 1,
     });
   });

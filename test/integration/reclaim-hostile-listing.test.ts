@@ -47,10 +47,13 @@ afterAll(async () => {
 });
 beforeEach(async () => {
   requests.length = 0;
-  // Long-leaked by the database's account: only the listing stands between them and a DELETE.
+  // Long-leaked by the database's account (the same generation and URL as the entries below): only
+  // the listing stands between them and a DELETE.
   await database.t.db.query('DELETE FROM runtime_reclaim_sightings');
   await database.t.db.query(
-    "INSERT INTO runtime_reclaim_sightings (sandbox_id, listed_generation, first_seen_at) VALUES ('sbx-a', 1, now() - interval '1 day'), ('sbx-b', 1, now() - interval '1 day')",
+    `INSERT INTO runtime_reclaim_sightings (sandbox_id, listed_generation, listed_identity, first_seen_at)
+     SELECT id, 1, '["http://x/' || id || '",null]', now() - interval '1 day'
+     FROM unnest(ARRAY['sbx-a', 'sbx-b']) AS id`,
   );
 });
 

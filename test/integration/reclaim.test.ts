@@ -348,12 +348,12 @@ describe('bounds', () => {
     await startLocal('contract');
   });
 
-  it('an empty database pointed at a full provisioner: refused by the share bound, nothing recorded or deleted', async () => {
+  it('an empty database pointed at a full provisioner: refused (no known sandboxes), nothing recorded or deleted', async () => {
     for (let i = 0; i < 12; i += 1) await post(`sbx-fleet-${i}`);
     const error = await rejectionOf(run({ maxSharePercent: 50 }));
     expect(error).toBeInstanceOf(ReclaimRefusedError);
-    expect((error as ReclaimRefusedError).reason).toBe(ReclaimRefusal.SHARE_EXCEEDED);
-    expect((error as ReclaimRefusedError).message).toContain('12 of 12');
+    expect((error as ReclaimRefusedError).reason).toBe(ReclaimRefusal.NO_KNOWN_SANDBOXES);
+    expect((error as ReclaimRefusedError).message).toContain('none of the 12');
     const { rows } = await database.t.db.query<{ n: number }>(
       'SELECT count(*)::int AS n FROM runtime_reclaim_sightings',
     );
@@ -363,10 +363,46 @@ describe('bounds', () => {
       "INSERT INTO runtime_reclaim_sightings (sandbox_id, listed_generation, first_seen_at) SELECT 'sbx-fleet-' || i, 1, now() - interval '1 day' FROM generate_series(0, 11) i",
     );
     expect(((await rejectionOf(run({ maxSharePercent: 50 }))) as ReclaimRefusedError).reason).toBe(
-      ReclaimRefusal.SHARE_EXCEEDED,
+      ReclaimRefusal.NO_KNOWN_SANDBOXES,
     );
     expect(provisioner.audit().filter((entry) => entry.method === 'DELETE')).toEqual([]);
     expect((await client.listSandboxes({ timeoutMs: 5_000 })).length).toBe(12);
+  });
+
+  // A wrong DATABASE_URL, or a Neon branch restored to before those rows, makes every live sandbox
+  // of a small fleet look unrecorded: no floor lets it through after the grace.
+  it('a database that knows none of a small fleet deletes nothing, even after the grace', async () => {
+    const ids = Array.from({ length: 9 }, (_, i) => `sbx-small-${i}`);
+    for (const id of ids) await post(id);
+    expect(((await rejectionOf(run({ maxSharePercent: 50 }))) as ReclaimRefusedError).reason).toBe(
+      ReclaimRefusal.NO_KNOWN_SANDBOXES,
+    );
+    await sleep(GRACE_SECONDS * 1000 + 300);
+    expect(((await rejectionOf(run({ maxSharePercent: 50 }))) as ReclaimRefusedError).reason).toBe(
+      ReclaimRefusal.NO_KNOWN_SANDBOXES,
+    );
+    expect(provisioner.audit().filter((entry) => entry.method === 'DELETE')).toEqual([]);
+  });
+
+  it('a small fleet the database knows only one of: refused by the share rule, whatever its size', async () => {
+    const s = await scope();
+    const knownId = `sbx-${s.runtimeScopeId}`;
+    await upsertSandbox(database.t.db, { ...s, sandboxId: knownId, generation: await post(knownId) });
+    await runIn(s, 'running');
+    for (let i = 0; i < 4; i += 1) await post(`sbx-small-${i}`);
+    const error = (await rejectionOf(run({ maxSharePercent: 50 }))) as ReclaimRefusedError;
+    expect(error.reason).toBe(ReclaimRefusal.SHARE_EXCEEDED);
+    expect(error.message).toContain('4 of 5');
+    // One leak among them stays within the share: reclaimed after the grace.
+    await fetch(new URL('/api/sandboxes/sbx-small-1', provisioner.url), { method: 'DELETE' });
+    await fetch(new URL('/api/sandboxes/sbx-small-2', provisioner.url), { method: 'DELETE' });
+    await fetch(new URL('/api/sandboxes/sbx-small-3', provisioner.url), { method: 'DELETE' });
+    await sleep(400);
+    await run({ maxSharePercent: 50 });
+    await sleep(GRACE_SECONDS * 1000 + 300);
+    expect((await run({ maxSharePercent: 50 })).reclaimed).toBe(1);
+    expect(provisioner.sandbox('sbx-small-0')).toBeUndefined();
+    expect(provisioner.sandbox(knownId)).toBeDefined();
   });
 
   it('deletes at most RECLAIM_MAX_PER_RUN per run, oldest streak first; the rest next run', async () => {

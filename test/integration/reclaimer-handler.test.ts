@@ -12,6 +12,7 @@ import type { Queues } from '../../functions/adapters/queues.ts';
 import { composeReclaimer } from '../../functions/reclaimer/handler.ts';
 import { localLambdaContext } from '../../infra/local/event-source.ts';
 import { captureStdout, emfMetrics } from '../support/capture.ts';
+import { upsertSandbox } from '../support/factories.ts';
 import { useProvisionerFixture } from '../support/fixtures.ts';
 import { testInfrastructure } from '../support/infrastructure.ts';
 
@@ -95,6 +96,13 @@ describe('the reclaimer function', () => {
   it('a refused run deletes nothing, says why, and counts ReclaimRefused for the alarm and by reason', async () => {
     await fixture.t.db.query('DELETE FROM runtime_reclaim_sightings');
     for (let i = 0; i < 10; i += 1) await post(`sbx-runaway-${i}`);
+    // One of them is named by a row (this database knows the fleet): the share rule decides.
+    await upsertSandbox(fixture.t.db, {
+      uid: 'user-runaway',
+      runtimeScopeId: 'scope-runaway',
+      sandboxId: 'sbx-runaway-0',
+      generation: 1,
+    });
     const run = await reclaimer({ RECLAIM_GRACE_SECONDS: '1', RECLAIM_MAX_SHARE_PERCENT: '50' });
     const lines = await captureStdout(async () => {
       expect(await run()).toMatchObject({ refused: 'share_exceeded' });

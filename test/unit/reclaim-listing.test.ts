@@ -3,7 +3,7 @@
  * rule: what is accepted, and what refuses a whole reclaim run with which reason.
  */
 import { describe, expect, it } from 'vitest';
-import { refuseRunaway, SHARE_RULE_MIN_LEAKED } from '../../functions/cleanup/reclaim.ts';
+import { refuseRunaway, SHARE_RULE_ALLOWANCE } from '../../functions/cleanup/reclaim.ts';
 import {
   parseSandboxListing,
   ReclaimRefusal,
@@ -33,11 +33,20 @@ describe('parseSandboxListing', () => {
         }),
       ),
     ).toEqual([
-      { sandboxId: 'a', generation: 3, status: 'running' },
-      { sandboxId: 'b', generation: null, status: 'running' },
-      { sandboxId: 'c', generation: 7, status: null },
+      { sandboxId: 'a', generation: 3, status: 'running', identity: '["u",null]' },
+      { sandboxId: 'b', generation: null, status: 'running', identity: '["u",null]' },
+      { sandboxId: 'c', generation: 7, status: null, identity: null },
     ]);
     expect(parseSandboxListing('{"sandboxes":[],"count":0}')).toEqual([]);
+  });
+
+  it('identifies a container by its URL and creation time: one created again under the id differs', () => {
+    const identity = (createdAt: string) =>
+      parseSandboxListing(
+        JSON.stringify({ sandboxes: [{ sandbox_id: 'a', sandbox_url: 'u', created_at: createdAt }] }),
+      )[0]!.identity;
+    expect(identity('2026-11-30T17:00:00.000Z')).toBe(identity('2026-11-30T17:00:00.000Z'));
+    expect(identity('2026-11-30T17:00:00.000Z')).not.toBe(identity('2026-11-30T17:00:01.000Z'));
   });
 
   it.each([
@@ -65,13 +74,26 @@ describe('parseSandboxListing', () => {
 });
 
 describe('the share rule', () => {
-  it(`does not apply below ${SHARE_RULE_MIN_LEAKED} leaked sandboxes`, () => {
-    expect(() => refuseRunaway(SHARE_RULE_MIN_LEAKED - 1, SHARE_RULE_MIN_LEAKED - 1, 1)).not.toThrow();
+  it(`applies at every fleet size, with an allowance of ${SHARE_RULE_ALLOWANCE}`, () => {
+    expect(refusalOf(() => refuseRunaway(9, 9, 50, 1)).reason).toBe(ReclaimRefusal.SHARE_EXCEEDED);
+    expect(refusalOf(() => refuseRunaway(4, 3, 50, 1)).reason).toBe(ReclaimRefusal.SHARE_EXCEEDED);
+    expect(() => refuseRunaway(2, SHARE_RULE_ALLOWANCE, 1, 1)).not.toThrow();
+    expect(refusalOf(() => refuseRunaway(3, SHARE_RULE_ALLOWANCE + 1, 1, 1)).reason).toBe(
+      ReclaimRefusal.SHARE_EXCEEDED,
+    );
   });
 
-  it('refuses above the share and accepts at it', () => {
-    expect(refusalOf(() => refuseRunaway(20, 11, 50)).reason).toBe(ReclaimRefusal.SHARE_EXCEEDED);
-    expect(() => refuseRunaway(20, 10, 50)).not.toThrow();
-    expect(() => refuseRunaway(1000, 1000, 100)).not.toThrow();
+  it('refuses above the share and accepts at it (rounded up)', () => {
+    expect(refusalOf(() => refuseRunaway(20, 11, 50, 9)).reason).toBe(ReclaimRefusal.SHARE_EXCEEDED);
+    expect(() => refuseRunaway(20, 10, 50, 10)).not.toThrow();
+    expect(() => refuseRunaway(9, 5, 50, 4)).not.toThrow();
+    expect(refusalOf(() => refuseRunaway(9, 6, 50, 3)).reason).toBe(ReclaimRefusal.SHARE_EXCEEDED);
+  });
+
+  it('refuses a listing no row knows, however small, unless the share is 100', () => {
+    expect(refusalOf(() => refuseRunaway(1, 1, 50, 0)).reason).toBe(ReclaimRefusal.NO_KNOWN_SANDBOXES);
+    expect(refusalOf(() => refuseRunaway(2, 1, 99, 0)).reason).toBe(ReclaimRefusal.NO_KNOWN_SANDBOXES);
+    expect(() => refuseRunaway(1000, 1000, 100, 0)).not.toThrow();
+    expect(() => refuseRunaway(0, 0, 50, 0)).not.toThrow();
   });
 });

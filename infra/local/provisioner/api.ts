@@ -67,6 +67,8 @@ export function listSandboxes(
       sandbox_id: sandbox.id,
       sandbox_url: urlOf(sandbox.id),
       status: sandbox.alive ? 'running' : 'exited',
+      // When this container was created: a container created again under the same id differs.
+      created_at: new Date(sandbox.createdAt).toISOString(),
     };
     return mode === PROVISIONER_MODE.platform ? body : { ...body, generation: sandbox.generation };
   });

@@ -207,7 +207,13 @@ CREATE OR REPLACE FUNCTION sandbox_runtimes_refuse_reclaimed() RETURNS trigger
     IF TG_OP = 'INSERT'
        OR NEW.sandbox_id IS DISTINCT FROM OLD.sandbox_id
        OR NEW.generation IS DISTINCT FROM OLD.generation THEN
-      PERFORM pg_advisory_xact_lock(runtime_reclaim_lock_key(NEW.sandbox_id));
+      -- The lock only where a reclaim can be at work: an id with a sighting. Without one, no guard
+      -- can act on it for a whole grace (it needs a sighting that old), by when this row is
+      -- committed and the guard sees its owner. Locking every row instead took one advisory lock per
+      -- id: a bulk upsert of 50 k sandboxes ran out of shared memory (max_locks_per_transaction).
+      IF EXISTS (SELECT 1 FROM runtime_reclaim_sightings g WHERE g.sandbox_id = NEW.sandbox_id) THEN
+        PERFORM pg_advisory_xact_lock(runtime_reclaim_lock_key(NEW.sandbox_id));
+      END IF;
       SELECT g.reclaim_in_flight_until INTO until FROM runtime_reclaim_sightings g
         WHERE g.sandbox_id = NEW.sandbox_id AND g.reclaim_in_flight_until > clock_timestamp();
       IF FOUND THEN

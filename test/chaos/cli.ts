@@ -103,6 +103,15 @@ async function main(): Promise<number> {
       dataDir: join(scratch, 'stack'),
       coverage,
       ...(kinds.length > 0 ? { focus: kinds } : {}),
+      // The reclaimer runs beside the fence protocol, as deployed: leaked sandboxes are injected
+      // and invariant GC judges every DELETE it sends (reclaim-chaos.ts).
+      reclaim: {
+        onReport: (report) => {
+          console.log(
+            `chaos: reclaimer: ${report.leaksInjected} leak(s) injected, ${report.leaksReclaimed} reclaimed, ${report.leaksStillLive.length} still live; ${report.reclaimDeletes} reclaim DELETE(s), ${report.ownedChecked} judged against an owning scope`,
+          );
+        },
+      },
       onProgress: ({ done, total, violations, elapsedMs }) => {
         if (done !== total && elapsedMs - lastPrint < 5_000) return;
         lastPrint = elapsedMs;

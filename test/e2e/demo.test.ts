@@ -106,7 +106,7 @@ describe('npm start (the demo)', () => {
       [
         ...['--runs', '8', '--scopes', '3', '--faults', 'error=0.2,hang=0.05', '--seed', '8'],
         // Generous bounds: this test is about what the demo reports, not about how fast this machine is.
-        ...['--timeout', '60', '--lease-bound-ms', '60000', '--json', '--out', outDir, '--data-dir', dataDir],
+        ...['--timeout', '100', '--lease-bound-ms', '60000', '--json', '--out', outDir, '--data-dir', dataDir],
       ],
       demoEnv({ DATABASE_URL: fixture.t.url, DATABASE_WS_PROXY: fixture.t.wsProxy }),
     );
@@ -178,7 +178,7 @@ describe('npm start (the demo)', () => {
     assertWellFormedSvg(
       await readFile(isAbsolute(timelinePath) ? timelinePath : resolve(timelinePath), 'utf8'),
     );
-  });
+  }, 150_000);
 
   it('stops cleanly on Ctrl-C: exits 130 with no sandbox process and no PostgreSQL left running', async () => {
     const dataDir = await scratchDir();

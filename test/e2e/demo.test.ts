@@ -106,7 +106,8 @@ describe('npm start (the demo)', () => {
       [
         ...['--runs', '8', '--scopes', '3', '--faults', 'error=0.2,hang=0.05', '--seed', '8'],
         // Generous bounds: this test is about what the demo reports, not about how fast this machine is.
-        ...['--timeout', '100', '--lease-bound-ms', '60000', '--json', '--out', outDir, '--data-dir', dataDir],
+        ...['--timeout', '100', '--lease-bound-ms', '60000', '--json'],
+        ...['--out', outDir, '--data-dir', dataDir],
       ],
       demoEnv({ DATABASE_URL: fixture.t.url, DATABASE_WS_PROXY: fixture.t.wsProxy }),
     );

@@ -94,10 +94,14 @@ export function installReclaimChaos(input: {
   provisioner.onRequest(async (info) => {
     if (info.method !== 'DELETE' || info.sandboxId === undefined) return;
     const sandboxId = info.sandboxId;
+    // Taken on arrival, before the query: a DELETE answered while the query was still out ended
+    // before a mark stamped afterwards, so the reclaimer's DELETE was counted as the protocol's
+    // (the likely cause of the one R violation in the committed 2,000-run report).
+    const arrivedAtMs = preciseNow();
     try {
       const inFlight = await probeDb.query(RECLAIM_IN_FLIGHT, [sandboxId]);
       if (inFlight.rowCount === 0) return;
-      marks.push({ sandboxId, generation: info.generation, atMs: preciseNow() });
+      marks.push({ sandboxId, generation: info.generation, atMs: arrivedAtMs });
       const harness = scopes.scopeOfSandbox(sandboxId);
       const { rows } = await probeDb.query<{
         uid: string;

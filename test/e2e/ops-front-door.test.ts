@@ -49,7 +49,10 @@ function oneLine(run: ChildRun): string {
   return lines[0]!;
 }
 
-describe('a read-only database', () => {
+// A database default (ALTER DATABASE … SET) reaches only connections opened after it; behind a
+// transaction pooler the ops command is served by a server connection PgBouncer opened earlier, so
+// the setting this test relies on never applies there. The direct run covers the behaviour.
+describe.skipIf(process.env.DATABASE_POOLER === 'pgbouncer')('a read-only database', () => {
   it('force-clear says the database is read-only and names DATABASE_URL, exit 3, and changes nothing', async () => {
     const scenario = await finishedRootRun(t.db);
     await t.db.query(`ALTER DATABASE ${t.name} SET default_transaction_read_only = on`);

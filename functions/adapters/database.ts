@@ -346,6 +346,12 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
    * its unanswered statement still occupies it, and it must never be reused.
    */
   const send = async <Row>(client: PoolClient, text: string, values?: readonly unknown[]) => {
+    const result = await queryBounded(client, () => client.query(text, values as unknown[] | undefined));
+    return { rows: result.rows as Row[], rowCount: result.rowCount ?? 0 };
+  };
+
+  /** One statement on `client` within the query timeout, its error translated. */
+  const queryBounded = async <T>(client: PoolClient, query: () => Promise<T>): Promise<T> => {
     stats.queries += 1;
     let timer: NodeJS.Timeout | undefined;
     const timedOut = new Promise<never>((_, reject) => {
@@ -356,8 +362,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
       }, queryTimeoutMs);
     });
     try {
-      const result = await Promise.race([client.query(text, values as unknown[] | undefined), timedOut]);
-      return { rows: result.rows as Row[], rowCount: result.rowCount ?? 0 };
+      return await Promise.race([query(), timedOut]);
     } catch (error) {
       throw translateDatabaseError(error);
     } finally {
@@ -453,23 +458,8 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
 
   /** A multi-statement simple query: one result per statement. */
   const sendMany = async (client: PoolClient, text: string) => {
-    stats.queries += 1;
-    let timer: NodeJS.Timeout | undefined;
-    const timedOut = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => {
-        const error = timeoutError('query', queryTimeoutMs);
-        if (!brokenClients.has(client)) brokenClients.set(client, error);
-        reject(error);
-      }, queryTimeoutMs);
-    });
-    try {
-      const result = (await Promise.race([client.query(text), timedOut])) as unknown;
-      return (Array.isArray(result) ? result : [result]) as { rows: unknown[]; rowCount: number | null }[];
-    } catch (error) {
-      throw translateDatabaseError(error);
-    } finally {
-      clearTimeout(timer);
-    }
+    const result = (await queryBounded(client, () => client.query(text))) as unknown;
+    return (Array.isArray(result) ? result : [result]) as { rows: unknown[]; rowCount: number | null }[];
   };
 
   /**

@@ -21,7 +21,7 @@ import {
 } from '@aws-sdk/client-sqs';
 import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { Agent, request } from 'undici';
-import type { Database } from '../../functions/adapters/database.ts';
+import type { Database, RoundTripTiming } from '../../functions/adapters/database.ts';
 import { createSqsClient } from '../../functions/adapters/queues.ts';
 import { createEventSource, type EventSource } from '../../infra/local/event-source.ts';
 import { countSqsCalls } from './sqs-call-counter.ts';
@@ -31,13 +31,17 @@ const FLOOR_CHECK = `
   SELECT r.uid, r.runtime_scope_id, s.sandbox_id, s.generation::text AS generation
   FROM agent_runs r
   JOIN sandbox_runtimes s ON s.uid = r.uid AND s.runtime_scope_id = r.runtime_scope_id
-  CROSS JOIN LATERAL (SELECT pg_advisory_xact_lock(runtime_cleanup_lock_key(r.uid, r.runtime_scope_id))) AS locked
+  CROSS JOIN LATERAL (
+    SELECT pg_advisory_xact_lock(runtime_cleanup_lock_key(r.uid, r.runtime_scope_id)), runtime_cleanup_note_lock_taken()
+  ) AS locked
   WHERE r.id = $1::text
   FOR UPDATE OF r`;
 
 /** Phase 3 of the floor: the same locks, the fence cleared, the generation marked released. */
 const FLOOR_CLEAR = `
-  WITH locked AS (SELECT pg_advisory_xact_lock(runtime_cleanup_lock_key($2::text, $3::text))),
+  WITH locked AS (
+    SELECT pg_advisory_xact_lock(runtime_cleanup_lock_key($2::text, $3::text)), runtime_cleanup_note_lock_taken()
+  ),
   run AS (
     UPDATE agent_runs SET runtime_cleanup_pending = false, updated_at = now()
     FROM locked WHERE id = $1::text RETURNING id
@@ -46,6 +50,9 @@ const FLOOR_CLEAR = `
   SET released_at = now(), released_sandbox_id = sandbox_id, released_generation = generation
   FROM run
   WHERE uid = $2::text AND runtime_scope_id = $3::text AND sandbox_id = $4::text AND generation = $5::bigint`;
+
+/** One one-trip transaction's round trip as the client saw it, and its lock hold on the server. */
+export type LockHold = RoundTripTiming;
 
 interface Hop {
   runId: string;
@@ -62,8 +69,8 @@ export interface Floor {
   doneUrl: string;
   /** The floor's own SQS calls (its event sources' receives and deletes, its sends). */
   sqsCalls(): Record<string, number>;
-  /** Lock holds (each transaction's round trip on its connection), collected since the last call. */
-  takeLockHolds(): number[];
+  /** Lock holds (each transaction's round trip, and its time on the server), since the last call. */
+  takeLockHolds(): LockHold[];
   db: Database;
   stop(): Promise<void>;
 }
@@ -90,8 +97,8 @@ export async function startFloor(options: {
     await queue('floor-3'),
     await queue('floor-done'),
   ];
-  const holds: number[] = [];
-  const observe = (ms: number) => holds.push(ms);
+  const holds: LockHold[] = [];
+  const observe = (timing: LockHold) => holds.push(timing);
   const http = new Agent({ keepAliveTimeout: 30_000 });
   const { db } = options;
 

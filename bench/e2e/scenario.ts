@@ -41,7 +41,7 @@ import { deletesByGeneration, waitForSandboxesReady } from '../support/sandboxes
 import { type Summary, summarize } from '../support/stats.ts';
 import type { WindowProfiler } from '../support/window-profiler.ts';
 import { swallowEmfLines } from './emf-sink.ts';
-import { type Floor, startFloor } from './floor.ts';
+import { type Floor, type LockHold, startFloor } from './floor.ts';
 import { countSqsCalls, difference } from './sqs-call-counter.ts';
 
 export interface E2eProfile {
@@ -81,8 +81,14 @@ export interface SubRunFigure {
   duplicateCleanedEvents: number;
   /** CPU of this process per cleanup, in ms. */
   cpuMsPerCleanup: number;
-  /** Each one-round-trip transaction's round trip on its connection: the longest its locks were held. */
+  /** Each one-round-trip transaction's round trip on its connection, as this process saw it. */
   lockHoldMs: Summary;
+  /**
+   * Each one-round-trip transaction's lock hold on the server's clock: from when the decision took
+   * the scope's advisory lock to just after its COMMIT (migration 010). Absent in results written
+   * before it was measured.
+   */
+  serverLockHoldMs?: Summary;
   /**
    * Paced runs only: from the announcement (the run just became terminal) to the next run of the
    * same scope admitted by the platform on receipt of runtime-cleaned; and that minus the delete.
@@ -191,12 +197,12 @@ export async function runE2eScenario(context: E2eContext): Promise<E2eReport> {
     const platform = new PlatformSimulator(platformDb, benchQueues, stack.provisionerUrl);
     // The functions share the stack's one Database object: timing its one-trip transactions here
     // times every lock hold of the protocol (fence check, release guard, finalize).
-    const projectHolds: number[] = [];
+    const projectHolds: LockHold[] = [];
     const transact = stack.db.transact.bind(stack.db);
     stack.db.transact = (text, values, observe) =>
-      transact(text, values, (ms) => {
-        projectHolds.push(ms);
-        observe?.(ms);
+      transact(text, values, (timing) => {
+        projectHolds.push(timing);
+        observe?.(timing);
       });
     const floorDb = await database.open({ maxConnections: STACK_DB_CONNECTIONS });
     floor = await startFloor({
@@ -347,7 +353,7 @@ interface SubRunParts {
   /** The pool whose stats count the round trips (the stack's, or the floor's). */
   db: Database;
   counters: () => Counters;
-  takeLockHolds: () => number[];
+  takeLockHolds: () => LockHold[];
   assertClean: () => Promise<void>;
   /** Names the profile of a burst's measured window (`project` or `floor`). */
   label: string;
@@ -429,7 +435,7 @@ function buildSubRun(parts: SubRunParts): SubRun {
     let announcedAt = new Map<string, number>();
     let seconds: number;
     let cpuReport: CpuReport;
-    let holds: number[];
+    let holds: LockHold[];
     try {
       const cpu = await startCpuProbe({ bridgePid: parts.bridgePid, databaseName: parts.databaseName });
       const started = performance.now();
@@ -518,7 +524,10 @@ function buildSubRun(parts: SubRunParts): SubRun {
       duplicateCleanedEvents: cleaned.duplicates,
       cpuMsPerCleanup:
         Math.round(((cpuReport.seconds * cpuReport.cores.benchProcess * 1000) / runs.length) * 100) / 100,
-      lockHoldMs: summarize(holds),
+      lockHoldMs: summarize(holds.map((hold) => hold.roundTripMs)),
+      serverLockHoldMs: summarize(
+        holds.flatMap((hold) => (hold.lockHeldMs === null ? [] : [hold.lockHeldMs])),
+      ),
       ...(turnaround.length
         ? { turnaroundMs: summarize(turnaround), turnaroundBeyondDeleteMs: summarize(turnaroundBeyondDelete) }
         : {}),
@@ -537,7 +546,11 @@ function floorRatios(
     sqsCallsPerCleanup: over(project.paced.perCleanup.allSqsCalls, floor.paced.perCleanup.allSqsCalls),
     dbRoundTripsPerCleanup: over(project.paced.perCleanup.dbRoundTrips, floor.paced.perCleanup.dbRoundTrips),
     burstCleanupsPerSecond: over(project.burst.cleanupsPerSecond, floor.burst.cleanupsPerSecond),
-    lockHoldP99: over(project.paced.lockHoldMs.p99, floor.paced.lockHoldMs.p99),
+    // Server side where both were measured: the hold itself, not this process's delay in hearing of it.
+    lockHoldP99:
+      project.paced.serverLockHoldMs && floor.paced.serverLockHoldMs
+        ? over(project.paced.serverLockHoldMs.p99, floor.paced.serverLockHoldMs.p99)
+        : over(project.paced.lockHoldMs.p99, floor.paced.lockHoldMs.p99),
   };
 }
 

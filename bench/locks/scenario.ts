@@ -141,8 +141,23 @@ export interface LockFigure {
   rowHoldMs: Summary;
   holdsByPhase: Record<
     string,
-    { advisoryHoldMs: Summary; rowHoldMs: Summary; transactionMs: Summary; roundTripsUnderLock: number }
+    {
+      advisoryHoldMs: Summary;
+      rowHoldMs: Summary;
+      transactionMs: Summary;
+      roundTripsUnderLock: number;
+      serverHoldMs?: Summary;
+      serverMessageMs?: Summary;
+    }
   >;
+  /**
+   * Split only (one-trip transactions): the advisory-lock hold on the server's clock, from when
+   * the decision took the scope's lock to just after its COMMIT (migration 010), and the server's
+   * time on the whole message (lock waits included). Absent in results written before they were
+   * measured.
+   */
+  serverHoldMs?: Summary;
+  serverMessageMs?: Summary;
   /** Where the CPU went during the rounds' cleanup phases (weighted by their duration). */
   cpu: CpuReport;
   /** The contention-load process's own event loop and CPU while its load ran. */
@@ -347,6 +362,10 @@ function holdSummaries(samples: readonly LockHoldSample[]) {
     rowHoldMs: summarize(samples.flatMap((s) => (s.rowMs === null ? [] : [s.rowMs]))),
     transactionMs: summarize(samples.map((s) => s.transactionMs)),
     roundTripsUnderLock: samples.length ? Math.round((roundTrips / samples.length) * 100) / 100 : 0,
+    serverHoldMs: summarize(samples.flatMap((s) => (s.serverHeldMs === null ? [] : [s.serverHeldMs]))),
+    serverMessageMs: summarize(
+      samples.flatMap((s) => (s.serverMessageMs === null ? [] : [s.serverMessageMs])),
+    ),
   };
 }
 
@@ -377,6 +396,9 @@ function summarizeFigure(
     loadProcess: mergeProcessReports(outcomes.map((o) => o.loadProcess)),
     advisoryHoldMs: all.advisoryHoldMs,
     rowHoldMs: all.rowHoldMs,
+    ...(holds.some((h) => h.serverHeldMs !== null)
+      ? { serverHoldMs: all.serverHoldMs, serverMessageMs: all.serverMessageMs }
+      : {}),
     holdsByPhase: Object.fromEntries(
       phases.map((phase) => [phase, holdSummaries(holds.filter((h) => h.phase === phase))]),
     ),

@@ -68,14 +68,14 @@ export function renderMarkdown(results: BenchResults, sourceFile: string): strin
             `is not interleaving all ${p.scopes}; its cleanups/s is one instance's, not comparable with the other rows.`
           : ''),
       '',
-      '| delete latency | design, cleanup pool | advisory lock hold | row lock hold | lease renewal | recovery transaction | cleanups/s |',
-      '|---:|---|---:|---:|---:|---:|---:|',
+      '| delete latency | design, cleanup pool | advisory lock hold | row lock hold | lock hold on the server | lease renewal | recovery transaction | cleanups/s |',
+      '|---:|---|---:|---:|---:|---:|---:|---:|',
     );
     for (const latency of p.deleteLatenciesMs) {
       const row = (variant: (typeof locks.variants)[number], first: boolean) => {
         const f = lockFigure(locks.figures, variant.id, latency);
         lines.push(
-          `| ${first ? `${latency} ms` : ''} | ${variant.label} | ${triple(f?.advisoryHoldMs)} | ${triple(f?.rowHoldMs)} | ${triple(f?.leaseRenewalMs)} | ${triple(f?.recoveryTransactionMs)} | ${fmt(f?.cleanupsPerSecond)} |`,
+          `| ${first ? `${latency} ms` : ''} | ${variant.label} | ${triple(f?.advisoryHoldMs)} | ${triple(f?.rowHoldMs)} | ${f?.serverHoldMs ? triple(f.serverHoldMs) : '—'} | ${triple(f?.leaseRenewalMs)} | ${triple(f?.recoveryTransactionMs)} | ${fmt(f?.cleanupsPerSecond)} |`,
         );
       };
       compared.forEach((variant, index) => {
@@ -84,7 +84,7 @@ export function renderMarkdown(results: BenchResults, sourceFile: string): strin
       for (const r of locks.ratios.filter((r) => r.deleteLatencyMs === latency)) {
         const versus = locks.variants.find((v) => v.id === r.versus)?.label ?? r.versus;
         lines.push(
-          `| | *baseline / ${versus}* (p99; cleanups/s) | ${times(r.advisoryHoldP99)} | ${times(r.rowHoldP99)} | ${times(r.leaseRenewalP99)} | ${times(r.recoveryTransactionP99)} | ${times(r.cleanupsPerSecond)} |`,
+          `| | *baseline / ${versus}* (p99; cleanups/s) | ${times(r.advisoryHoldP99)} | ${times(r.rowHoldP99)} | | ${times(r.leaseRenewalP99)} | ${times(r.recoveryTransactionP99)} | ${times(r.cleanupsPerSecond)} |`,
         );
       }
       for (const variant of extras) row(variant, false);
@@ -101,7 +101,10 @@ export function renderMarkdown(results: BenchResults, sourceFile: string): strin
         const phases = Object.entries(f.holdsByPhase)
           .map(
             ([phase, h]) =>
-              `${phase} ${fmt(h.roundTripsUnderLock)} round trips under the lock, hold p50 ${fmt(h.advisoryHoldMs.p50)} ms`,
+              `${phase} ${fmt(h.roundTripsUnderLock)} round trips under the lock, hold p50 ${fmt(h.advisoryHoldMs.p50)} ms` +
+              (h.serverHoldMs?.count
+                ? ` (on the server p50 ${fmt(h.serverHoldMs.p50)} / p99 ${fmt(h.serverHoldMs.p99)} ms)`
+                : ''),
           )
           .join('; ');
         lines.push(
@@ -156,7 +159,7 @@ export function renderMarkdown(results: BenchResults, sourceFile: string): strin
         '',
         '**Against the floor, measured in the same run** (`bench/e2e/floor.ts`: the same emulator, database path and provisioner; 3 hops of one send, one receive and one delete; 2 one-round-trip transactions; one HTTP DELETE; no logic). Project ÷ floor:',
         '',
-        '| delete latency | CPU / cleanup (burst, ms) | SQS calls / cleanup (paced) | DB round trips / cleanup | burst cleanups/s | lock hold p99 (ms) | scope turnaround p50 / p99 (ms) | turnaround beyond the delete p50 / p99 |',
+        '| delete latency | CPU / cleanup (burst, ms) | SQS calls / cleanup (paced) | DB round trips / cleanup | burst cleanups/s | lock hold p99 on the server (ms; round trip as the client saw it) | scope turnaround p50 / p99 (ms) | turnaround beyond the delete p50 / p99 |',
         '|---:|---:|---:|---:|---:|---:|---:|---:|',
       );
       for (const f of e2e.figures) {
@@ -171,13 +174,15 @@ export function renderMarkdown(results: BenchResults, sourceFile: string): strin
             `${fmt(paced.perCleanup.allSqsCalls)} vs ${fmt(floor.paced.perCleanup.allSqsCalls)} **${x(ratios.sqsCallsPerCleanup)}** | ` +
             `${fmt(paced.perCleanup.dbRoundTrips)} vs ${fmt(floor.paced.perCleanup.dbRoundTrips)} **${x(ratios.dbRoundTripsPerCleanup)}** | ` +
             `${fmt(burst.cleanupsPerSecond)} vs ${fmt(floor.burst.cleanupsPerSecond)} **${x(ratios.burstCleanupsPerSecond)}** | ` +
-            `${fmt(paced.lockHoldMs.p99)} vs ${fmt(floor.paced.lockHoldMs.p99)} **${x(ratios.lockHoldP99)}** | ` +
+            (paced.serverLockHoldMs && floor.paced.serverLockHoldMs
+              ? `${fmt(paced.serverLockHoldMs.p99)} vs ${fmt(floor.paced.serverLockHoldMs.p99)} **${x(ratios.lockHoldP99)}** (client ${fmt(paced.lockHoldMs.p99)} vs ${fmt(floor.paced.lockHoldMs.p99)}) | `
+              : `${fmt(paced.lockHoldMs.p99)} vs ${fmt(floor.paced.lockHoldMs.p99)} **${x(ratios.lockHoldP99)}** | `) +
             `${turn(paced)} (floor ${turn(floor.paced)}) | ${beyond(paced)} (floor ${beyond(floor.paced)}) |`,
         );
       }
       lines.push(
         '',
-        'Scope turnaround: from the announcement of a finished run to the next run of the same scope admitted by the platform (scope lock, `runtime_cleanup_blocked`) on receipt of its runtime-cleaned event. Lock hold: each one-round-trip transaction’s round trip on its connection, the longest its locks can have been held.',
+        'Scope turnaround: from the announcement of a finished run to the next run of the same scope admitted by the platform (scope lock, `runtime_cleanup_blocked`) on receipt of its runtime-cleaned event. Lock hold on the server: each one-round-trip transaction’s time on the server from the receipt of its message to just after its COMMIT (`statement_timestamp()` to `clock_timestamp()`, read by one more statement in the same message), which bounds the hold where the locks are held; the client’s round trip adds the trip back and this process’s event-loop delay in hearing of it, after the locks are gone.',
       );
     }
     if (e2e.memory) {

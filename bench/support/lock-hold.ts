@@ -6,7 +6,7 @@
  * seen by the holder; it overstates the server-side hold by at most one round trip (~0.3 ms here),
  * the same for both designs.
  */
-import type { Database, Executor } from '../../functions/adapters/database.ts';
+import type { Database, Executor, RoundTripTiming } from '../../functions/adapters/database.ts';
 
 export interface LockHoldSample {
   /** Which transaction: `fence-check`, `finalize` (split) or `baseline`. */
@@ -17,6 +17,14 @@ export interface LockHoldSample {
   rowMs: number | null;
   /** BEGIN sent → COMMIT returned, lock waits included. */
   transactionMs: number;
+  /**
+   * One-trip transactions only (null otherwise): the hold on the server's clock, from when the
+   * decision took the scope's advisory lock to just after its COMMIT (migration 010), without the
+   * trip back or this process's event-loop delay, which come after the locks are gone.
+   */
+  serverHeldMs: number | null;
+  /** One-trip transactions only: the server's time on the whole message, lock waits included. */
+  serverMessageMs: number | null;
   /**
    * Round trips made while the advisory lock was held, COMMIT included. Each one costs the holder
    * a full trip through driver, bridge and server, and under load a wait behind everyone else's:
@@ -48,10 +56,12 @@ export function withLockHoldProbe(
     async transact(text, values) {
       const started = performance.now();
       let roundTripMs: number | undefined;
+      let timing: RoundTripTiming | undefined;
       let failed = false;
       try {
-        return await db.transact(text, values, (ms) => {
-          roundTripMs = ms;
+        return await db.transact(text, values, (observed) => {
+          roundTripMs = observed.roundTripMs;
+          timing = observed;
         });
       } catch (error) {
         failed = true;
@@ -62,6 +72,8 @@ export function withLockHoldProbe(
           advisoryMs: roundTripMs ?? null,
           rowMs: roundTripMs ?? null,
           transactionMs: performance.now() - started,
+          serverHeldMs: timing?.lockHeldMs ?? null,
+          serverMessageMs: timing?.serverMs ?? null,
           roundTripsUnderLock: roundTripMs === undefined ? 0 : 1,
           failed,
         });
@@ -97,6 +109,8 @@ export function withLockHoldProbe(
           advisoryMs: advisoryAt === undefined ? null : ended - advisoryAt,
           rowMs: rowAt === undefined ? null : ended - rowAt,
           transactionMs: ended - started,
+          serverHeldMs: null,
+          serverMessageMs: null,
           // + 1: the COMMIT (or ROLLBACK), sent by withTransaction itself.
           roundTripsUnderLock: advisoryAt === undefined ? 0 : roundTripsUnderLock + 1,
           failed,

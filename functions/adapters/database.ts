@@ -1,13 +1,13 @@
 import { Client, neonConfig, Pool, type PoolClient } from '@neondatabase/serverless';
 import { WebSocket } from 'ws';
 import { isCleanupError } from '../cleanup/errors.ts';
-import type { Database, Executor } from '../cleanup/executor.ts';
+import type { Database, Executor, RoundTripObserver, RoundTripTiming } from '../cleanup/executor.ts';
 import { CONFIG_DEFAULTS, redactUrl } from './config.ts';
 import { DatabaseAuthenticationError, DatabaseLockTimeoutError, DatabaseUnavailableError } from './errors.ts';
 import { isLoopbackHost } from './loopback.ts';
 import { inlineParameters } from './sql-literal.ts';
 
-export type { Database, Executor };
+export type { Database, Executor, RoundTripObserver, RoundTripTiming };
 
 /**
  * Database access through the production driver, `@neondatabase/serverless`'s `Pool` over
@@ -436,7 +436,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     target: Pool,
     text: string,
     values: readonly unknown[] | undefined,
-    observeRoundTrip: ((milliseconds: number) => void) | undefined,
+    observeRoundTrip: RoundTripObserver | undefined,
   ) => {
     const statement = inlineParameters(text, values);
     const client = await acquire(target);
@@ -444,9 +444,15 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     let broken: Error | undefined;
     try {
       const sentAt = performance.now();
-      const results = await sendMany(client, `${beginStatement}; ${statement}; COMMIT`);
-      observeRoundTrip?.(performance.now() - sentAt);
-      const result = results[results.length - 2]!;
+      // Observed: the same message reads, before its COMMIT, when the decision took the scope's
+      // lock (migration 010), and after it the server's clock and the message's receipt.
+      const message = observeRoundTrip
+        ? `${beginStatement}; ${statement}; ${LOCK_TAKEN_AT}; COMMIT; ${SERVER_CLOCK}`
+        : `${beginStatement}; ${statement}; COMMIT`;
+      const results = await sendMany(client, message);
+      const roundTripMs = performance.now() - sentAt;
+      const result = results[results.length - (observeRoundTrip ? 4 : 2)]!;
+      if (observeRoundTrip) observeRoundTrip(serverTiming(roundTripMs, results));
       return { rows: result.rows as Row[], rowCount: result.rowCount ?? 0 };
     } catch (error) {
       broken = await rollBackUnlessBroken(client, error);
@@ -492,6 +498,23 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     async end() {
       await Promise.all([...retired, pool].map((each) => each.end()));
     },
+  };
+}
+
+/** Read before COMMIT: the local setting ends with the transaction. */
+const LOCK_TAKEN_AT = "SELECT current_setting('runtime_cleanup.lock_taken_at', true) AS lock_taken_at";
+/** Read after COMMIT: the locks are gone; the message's receipt is still `statement_timestamp()`. */
+const SERVER_CLOCK =
+  'SELECT extract(epoch FROM clock_timestamp())::text AS now, extract(epoch FROM statement_timestamp())::text AS received';
+
+function serverTiming(roundTripMs: number, results: ReadonlyArray<{ rows: unknown[] }>): RoundTripTiming {
+  const taken = (results[results.length - 3]!.rows[0] as { lock_taken_at: string | null }).lock_taken_at;
+  const clock = results[results.length - 1]!.rows[0] as { now: string; received: string };
+  const now = Number(clock.now);
+  return {
+    roundTripMs,
+    serverMs: (now - Number(clock.received)) * 1000,
+    lockHeldMs: taken ? (now - Number(taken)) * 1000 : null,
   };
 }
 

@@ -52,11 +52,12 @@ export interface Database extends Executor {
     text: string,
     values?: readonly unknown[],
     /**
-     * Told how long the message took from being sent on its connection to its answer: the
-     * longest its locks can have been held (the benchmarks report it; the wait for a pool slot
-     * is not in it).
+     * Told, once answered, the message's round trip as this process saw it (the wait for a pool
+     * slot is not in it), the server's time on it, and how long the decision held the scope's
+     * lock on the server's clock (the benchmarks report them). Only an observed message carries
+     * the extra statements that read them.
      */
-    observeRoundTrip?: (milliseconds: number) => void,
+    observeRoundTrip?: RoundTripObserver,
   ): Promise<{ rows: Row[]; rowCount: number }>;
   /**
    * Round trips and transactions so far (the benchmarks report them per cleanup), and how often a
@@ -65,3 +66,24 @@ export interface Database extends Executor {
   readonly stats: { queries: number; transactions: number; reconnects: number };
   end(): Promise<void>;
 }
+
+/** What an observed one-trip transaction reports (`Database.transact`'s third argument). */
+export interface RoundTripTiming {
+  /** Sent on its connection → answered, as this process saw it (its event-loop delay included). */
+  roundTripMs: number;
+  /**
+   * The server's own time on the message: from its receipt (`statement_timestamp()`, which
+   * PostgreSQL sets once per simple-query message) to just after its COMMIT. Waits for locks are
+   * in it; the trip back and this process's delay are not.
+   */
+  serverMs: number;
+  /**
+   * The scope's advisory lock (and the row locks taken after it) held: from when the decision
+   * took it (`runtime_cleanup.lock_taken_at`, migration 010) to just after the COMMIT, on the
+   * server's clock. Null when the statement took no such lock (a refusal before locking, or a
+   * statement other than a decision function).
+   */
+  lockHeldMs: number | null;
+}
+
+export type RoundTripObserver = (timing: RoundTripTiming) => void;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { Database } from '../../functions/adapters/database.ts';
+import type { Database, RoundTripTiming } from '../../functions/adapters/database.ts';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { finalize } from '../../functions/cleanup/finalize.ts';
 import { beginRelease, endRelease, ReleaseGuard } from '../../functions/cleanup/release-guard.ts';
@@ -72,5 +72,77 @@ describe('one round trip per decision, locks included', () => {
               now() = statement_timestamp() AS fresh`,
     );
     expect(rows[0]).toEqual({ advisory: 0, fresh: true });
+  });
+
+  it('an observed decision reports its lock hold and the server time, within its round trip, in one trip', async () => {
+    const db = await fixture.t.connect({ maxConnections: 1 });
+    const observed: RoundTripTiming[] = [];
+    const observe = (timing: RoundTripTiming) => observed.push(timing);
+    const s = await finishedRootRun(fixture.t.db);
+    const key = [s.uid, s.runtimeScopeId];
+
+    // Another connection holds the scope's lock for 300 ms: the decision waits most of that for it.
+    // The wait is in the server's time on the message but not in the hold, which starts when the
+    // decision took the lock.
+    const other = await fixture.t.connect({ maxConnections: 1 });
+    let locked: () => void = () => {};
+    const lockTaken = new Promise<void>((resolve) => (locked = resolve));
+    const holding = other.withTransaction(async (tx) => {
+      await tx.query('SELECT pg_advisory_xact_lock(runtime_cleanup_lock_key($1::text, $2::text))', key);
+      locked();
+      await tx.query('SELECT pg_sleep(0.3)');
+    });
+    await lockTaken;
+    const trip = await roundTrips(db, () =>
+      db.transact<{ decision: string }>(
+        'SELECT decision FROM runtime_cleanup_fence_check($1::text)',
+        [s.rootRunId],
+        observe,
+      ),
+    );
+    await holding;
+    expect(trip.result.rows[0]?.decision).toBe('release_needed');
+    expect({ trips: trip.trips, transactions: trip.transactions }).toEqual({ trips: 1, transactions: 1 });
+
+    // A statement that takes no decision lock: no hold, only the server's time (60 ms of sleep).
+    await db.transact('SELECT 1 FROM pg_sleep(0.06)', [], observe);
+
+    expect(observed).toHaveLength(2);
+    const [decision, sleep] = observed as [RoundTripTiming, RoundTripTiming];
+    expect(decision.serverMs).toBeLessThanOrEqual(decision.roundTripMs + 1);
+    expect(decision.lockHeldMs).not.toBeNull();
+    expect(decision.lockHeldMs!).toBeGreaterThan(0);
+    // The wait (most of the other's 300 ms; its start depends on when the message arrived) is in
+    // the server's time and not in the hold.
+    expect(decision.serverMs - decision.lockHeldMs!).toBeGreaterThanOrEqual(100);
+    expect(sleep.lockHeldMs).toBeNull();
+    expect(sleep.serverMs).toBeGreaterThanOrEqual(59);
+
+    // The locks ended with the COMMIT before the clock was read, and the noted moment with them.
+    const { rows } = await db.query<{ advisory: number; noted: string | null }>(
+      `SELECT (SELECT count(*)::int FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()) AS advisory,
+              nullif(current_setting('runtime_cleanup.lock_taken_at', true), '') AS noted`,
+    );
+    expect(rows[0]).toEqual({ advisory: 0, noted: null });
+  });
+
+  it('each decision function notes when it took the scope lock, once per transaction', async () => {
+    const s = await finishedRootRun(fixture.t.db);
+    await fixture.t.db.withTransaction(async (tx) => {
+      await tx.query('SELECT decision FROM runtime_cleanup_fence_check($1::text)', [s.rootRunId]);
+      const noted = async () =>
+        (await tx.query<{ at: string }>("SELECT current_setting('runtime_cleanup.lock_taken_at') AS at"))
+          .rows[0]!.at;
+      const first = await noted();
+      expect(Number(first)).toBeGreaterThan(0);
+      // A second decision in the same transaction (the lock is already held): the first moment stays.
+      await tx.query('SELECT pg_sleep(0.02)');
+      await tx.query(
+        'SELECT decision FROM runtime_cleanup_finalize($1::text, $2::text, $3::text, NULL, NULL, NULL, NULL)',
+        [s.rootRunId, s.uid, s.runtimeScopeId],
+      );
+      expect(await noted()).toBe(first);
+      await tx.query('SELECT pg_sleep(0)');
+    });
   });
 });

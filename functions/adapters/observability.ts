@@ -20,6 +20,13 @@ export interface Telemetry {
   seconds(name: MetricName, value: number, dimensions?: Record<string, string>): void;
 }
 
+/** Powertools Metrics, with whether it is disabled (settled from the environment when made) readable. */
+class FunctionMetrics extends Metrics {
+  get metricsDisabled(): boolean {
+    return this.isDisabled();
+  }
+}
+
 export function createTelemetry(options: {
   functionName: string;
   stage?: string;
@@ -33,7 +40,7 @@ export function createTelemetry(options: {
     // Secrets (database passwords, tokens in URLs) never reach a log line, error messages included.
     jsonReplacerFn: (_key, value) => (typeof value === 'string' ? redactSecrets(value) : value),
   });
-  const metrics = new Metrics({
+  const metrics = new FunctionMetrics({
     namespace: METRICS_NAMESPACE,
     serviceName: SERVICE_NAME,
     defaultDimensions: { stage, function: options.functionName },
@@ -46,15 +53,24 @@ export function createTelemetry(options: {
       error: (...args: unknown[]) => logger.error(String(args[0])),
     },
   });
+  // One EMF document per metric, written directly: the same line Powertools' singleMetric()
+  // writes (a unit test compares them), without building a Metrics instance per metric (its
+  // constructor re-reads a dozen environment variables and makes a Console): in the benchmark's
+  // profile that was about a tenth of a cleanup's CPU. Disabled exactly when the stored-metrics
+  // instance is (POWERTOOLS_METRICS_DISABLED, else POWERTOOLS_DEV).
+  const fixedDimensions: Record<string, string> = {
+    service: SERVICE_NAME,
+    stage,
+    function: options.functionName,
+  };
   const emit = (
     name: MetricName,
     unit: (typeof MetricUnit)[keyof typeof MetricUnit],
     value: number,
     dimensions: Record<string, string> = {},
   ) => {
-    const single = metrics.singleMetric();
-    for (const [key, dimension] of Object.entries(dimensions)) single.addDimension(key, dimension);
-    single.addMetric(name, unit, value);
+    if (metrics.metricsDisabled) return;
+    process.stdout.write(`${emfLine(name, unit, value, fixedDimensions, dimensions)}\n`);
   };
   return {
     logger,
@@ -63,4 +79,37 @@ export function createTelemetry(options: {
     milliseconds: (name, value, dimensions) => emit(name, MetricUnit.Milliseconds, value, dimensions),
     seconds: (name, value, dimensions) => emit(name, MetricUnit.Seconds, value, dimensions),
   };
+}
+
+/**
+ * One CloudWatch embedded-metric-format document for one metric, as Powertools' singleMetric()
+ * serialises it: the namespace, one dimension set (the fixed dimensions, then the metric's own),
+ * the dimensions' values and the metric's value. A dimension without a value is left out, as
+ * Powertools leaves it out.
+ */
+export function emfLine(
+  name: string,
+  unit: string,
+  value: number,
+  fixedDimensions: Record<string, string>,
+  dimensions: Record<string, string>,
+): string {
+  const values: Record<string, string | number> = { ...fixedDimensions };
+  for (const [key, dimension] of Object.entries(dimensions)) {
+    if (key && dimension) values[key] = dimension;
+  }
+  return JSON.stringify({
+    _aws: {
+      Timestamp: Date.now(),
+      CloudWatchMetrics: [
+        {
+          Namespace: METRICS_NAMESPACE,
+          Dimensions: [Object.keys(values)],
+          Metrics: [{ Name: name, Unit: unit }],
+        },
+      ],
+    },
+    ...values,
+    [name]: value,
+  });
 }

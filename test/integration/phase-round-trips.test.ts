@@ -92,6 +92,10 @@ describe('one round trip per decision, locks included', () => {
     // The wait is in the server's time on the message but not in the hold, which starts when the
     // decision took the lock.
     const other = await fixture.t.connect({ maxConnections: 1 });
+    // Both connected first: a pool connects on its first query, and a connect inside the 300 ms
+    // (a SCRAM handshake against embedded PostgreSQL: 130 ms alone, more on a busy machine) would
+    // eat into the wait this test measures.
+    await Promise.all([db.query('SELECT 1'), other.query('SELECT 1')]);
     let locked: () => void = () => {};
     const lockTaken = new Promise<void>((resolve) => (locked = resolve));
     const holding = other.withTransaction(async (tx) => {

@@ -444,10 +444,12 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     let broken: Error | undefined;
     try {
       const sentAt = performance.now();
-      // Observed: the same message reads, before its COMMIT, when the decision took the scope's
-      // lock (migration 010), and after it the server's clock and the message's receipt.
+      // Observed: the same message empties the noted moment for this transaction (a value already
+      // on the connection would otherwise be kept by the decision and read as its own), reads,
+      // before its COMMIT, when the decision took the scope's lock (migration 010), and after it
+      // the server's clock and the message's receipt.
       const message = observeRoundTrip
-        ? `${beginStatement}; ${statement}; ${LOCK_TAKEN_AT}; COMMIT; ${SERVER_CLOCK}`
+        ? `${beginStatement}; ${FORGET_LOCK_TAKEN_AT}; ${statement}; ${LOCK_TAKEN_AT}; COMMIT; ${SERVER_CLOCK}`
         : `${beginStatement}; ${statement}; COMMIT`;
       const results = await sendMany(client, message);
       const roundTripMs = performance.now() - sentAt;
@@ -501,6 +503,14 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
   };
 }
 
+/**
+ * Sent before the statement: `runtime_cleanup_note_lock_taken` keeps a value it finds (the first
+ * lock of the transaction starts the hold), and the setting is an ordinary placeholder that can
+ * already hold one here: a database or role default, or a session-level SET left on a server
+ * connection a transaction-mode pooler hands on. Local, so the connection's own value is back
+ * after COMMIT.
+ */
+const FORGET_LOCK_TAKEN_AT = "SET LOCAL runtime_cleanup.lock_taken_at = ''";
 /** Read before COMMIT: the local setting ends with the transaction. */
 const LOCK_TAKEN_AT = "SELECT current_setting('runtime_cleanup.lock_taken_at', true) AS lock_taken_at";
 /** Read after COMMIT: the locks are gone; the message's receipt is still `statement_timestamp()`. */

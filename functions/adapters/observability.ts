@@ -84,8 +84,9 @@ export function createTelemetry(options: {
 /**
  * One CloudWatch embedded-metric-format document for one metric, as Powertools' singleMetric()
  * serialises it: the namespace, one dimension set (the fixed dimensions, then the metric's own),
- * the dimensions' values and the metric's value. A dimension without a value is left out, as
- * Powertools leaves it out.
+ * the dimensions' values and the metric's value. A dimension Powertools' addDimension() refuses is
+ * left out here too: a name or value that is not a string, or is empty or only blanks (a blank
+ * dimension would start a series of its own in CloudWatch).
  */
 export function emfLine(
   name: string,
@@ -96,7 +97,7 @@ export function emfLine(
 ): string {
   const values: Record<string, string | number> = { ...fixedDimensions };
   for (const [key, dimension] of Object.entries(dimensions)) {
-    if (key && dimension) values[key] = dimension;
+    if (nonBlank(key) && nonBlank(dimension)) values[key] = dimension;
   }
   return JSON.stringify({
     _aws: {
@@ -112,4 +113,9 @@ export function emfLine(
     ...values,
     [name]: value,
   });
+}
+
+/** What Powertools accepts as a dimension name or value (its isStringUndefinedNullEmpty, negated). */
+function nonBlank(value: unknown): value is string {
+  return typeof value === 'string' && value.trim().length > 0;
 }

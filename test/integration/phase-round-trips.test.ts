@@ -1,5 +1,5 @@
-import { describe, expect, it } from 'vitest';
-import type { Database, RoundTripTiming } from '../../functions/adapters/database.ts';
+import { describe, expect, inject, it } from 'vitest';
+import { type Database, openDatabase, type RoundTripTiming } from '../../functions/adapters/database.ts';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { finalize } from '../../functions/cleanup/finalize.ts';
 import { beginRelease, endRelease, ReleaseGuard } from '../../functions/cleanup/release-guard.ts';
@@ -15,6 +15,13 @@ import { releaseNeeded } from '../support/probes.ts';
  * adapter (every message sent to the server), not estimated.
  */
 const fixture = useDatabaseFixture();
+
+/** The file's database on the server itself, not through PgBouncer when the suite runs behind one. */
+function directUrl(): string {
+  const url = new URL(inject('database').adminUrl);
+  url.pathname = `/${fixture.t.name}`;
+  return url.toString();
+}
 
 async function roundTrips<T>(
   db: Database,
@@ -85,6 +92,10 @@ describe('one round trip per decision, locks included', () => {
     // The wait is in the server's time on the message but not in the hold, which starts when the
     // decision took the lock.
     const other = await fixture.t.connect({ maxConnections: 1 });
+    // Both connected first: a pool connects on its first query, and a connect inside the 300 ms
+    // (a SCRAM handshake against embedded PostgreSQL: 130 ms alone, more on a busy machine) would
+    // eat into the wait this test measures.
+    await Promise.all([db.query('SELECT 1'), other.query('SELECT 1')]);
     let locked: () => void = () => {};
     const lockTaken = new Promise<void>((resolve) => (locked = resolve));
     const holding = other.withTransaction(async (tx) => {
@@ -124,6 +135,48 @@ describe('one round trip per decision, locks included', () => {
               nullif(current_setting('runtime_cleanup.lock_taken_at', true), '') AS noted`,
     );
     expect(rows[0]).toEqual({ advisory: 0, noted: null });
+  });
+
+  it('an observed decision reports its own hold when the setting already has a value on the connection', async () => {
+    // `runtime_cleanup.lock_taken_at` is an ordinary placeholder setting: a database or role
+    // default, or a session-level SET left on a server connection that a transaction-mode pooler
+    // hands to the next client, gives it a value before the decision runs. The decision function
+    // keeps a value it finds (the first lock of the transaction wins), so the observed message
+    // would report that value's age as the hold: years for a number, NaN for anything else.
+    for (const stale of ['1000', 'not-a-number']) {
+      await fixture.t.db.query(
+        `ALTER DATABASE "${fixture.t.name}" SET runtime_cleanup.lock_taken_at = '${stale}'`,
+      );
+      // A fresh pool straight to the server (a pooler would hand out server connections made
+      // before the ALTER): new server connections start with the database's default.
+      const db = await openDatabase({
+        url: directUrl(),
+        wsProxy: fixture.t.wsProxy,
+        maxConnections: 1,
+        lockTimeoutMs: 5_000,
+        statementTimeoutMs: 30_000,
+      });
+      try {
+        const s = await finishedRootRun(fixture.t.db);
+        const observed: RoundTripTiming[] = [];
+        await db.transact('SELECT decision FROM runtime_cleanup_fence_check($1::text)', [s.rootRunId], (t) =>
+          observed.push(t),
+        );
+        const [timing] = observed as [RoundTripTiming];
+        expect(timing.lockHeldMs).not.toBeNull();
+        expect(Number.isFinite(timing.lockHeldMs)).toBe(true);
+        expect(timing.lockHeldMs!).toBeGreaterThanOrEqual(0);
+        expect(timing.lockHeldMs!).toBeLessThanOrEqual(timing.serverMs);
+        // The connection's own value is left as it was: the message only shadows it locally.
+        const { rows } = await db.query<{ value: string }>(
+          "SELECT current_setting('runtime_cleanup.lock_taken_at') AS value",
+        );
+        expect(rows[0]!.value).toBe(stale);
+      } finally {
+        await db.end();
+        await fixture.t.db.query(`ALTER DATABASE "${fixture.t.name}" RESET runtime_cleanup.lock_taken_at`);
+      }
+    }
   });
 
   it('each decision function notes when it took the scope lock, once per transaction', async () => {

@@ -40,6 +40,14 @@ describe('per-event metric lines', () => {
       ],
       // A dimension without a value is left out by both.
       [MetricName.RELEASE_SUCCEEDED, MetricUnit.Count, 1, { outcome: '' }],
+      // So is one whose name or value is only blanks, or whose value is not a string (a value that
+      // reaches the line from data or from JavaScript that the types did not check).
+      [MetricName.RELEASE_SKIPPED, MetricUnit.Count, 1, { reason: ' ', phase: 'release' }],
+      [MetricName.RELEASE_SKIPPED, MetricUnit.Count, 1, { ' ': 'blank name' }],
+      [MetricName.RELEASE_FAILED, MetricUnit.Count, 1, { errorCode: 7 as unknown as string }],
+      [MetricName.RELEASE_FAILED, MetricUnit.Count, 1, { errorCode: undefined as unknown as string }],
+      // A metric's own dimension named like a fixed one replaces its value and keeps its place.
+      [MetricName.RELEASE_SKIPPED, MetricUnit.Count, 1, { stage: 'other', service: 'x' }],
     ];
     const ours = await captureStdout(async () => {
       const telemetry = createTelemetry({ functionName: 'release', stage: 'test' });

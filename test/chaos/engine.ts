@@ -191,11 +191,13 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       onHarnessError,
     });
 
-    // Reclaimer hook (issue 13): leak injection and invariant GC, on every DELETE.
+    // Reclaimer hook (issue 13): leak injection and invariant GC, on every DELETE. The provisioner
+    // awaits its query before handling the DELETE, so it has as many connections as the lock probe:
+    // with two, DELETEs arriving together queued for them and missed their 1 s timeout.
     const reclaim = options.reclaim
       ? installReclaimChaos({
           provisioner,
-          probeDb: await open('chaos-reclaim-probe', 2, 1_000),
+          probeDb: await open('chaos-reclaim-probe', 6, 1_000),
           scopes,
           rng: new Rng(mixSeed(options.seed, 0x13)),
           onHarnessError,

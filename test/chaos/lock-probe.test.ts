@@ -54,8 +54,15 @@ afterAll(async () => {
   await rm(rootDir, { recursive: true, force: true });
 });
 
-/** Sends a DELETE for the scope's sandbox while `holder` keeps a transaction open with its locks. */
-async function deleteWhileHeld(s: Scenario, holder: Database | undefined): Promise<ProbeVerdict> {
+/**
+ * Sends a DELETE for the scope's sandbox while `holder` keeps a transaction open with its locks
+ * (the scope's advisory lock, the run's row lock, or both).
+ */
+async function deleteWhileHeld(
+  s: Scenario,
+  holder: Database | undefined,
+  locks: { advisory: boolean; row: boolean } = { advisory: true, row: true },
+): Promise<ProbeVerdict> {
   const probe = new LockProbe(probeDb, STACK, WINDOW_MS);
   let verdict: ProbeVerdict | undefined;
   const remove = provisioner.onRequest(async (info) => {
@@ -69,11 +76,14 @@ async function deleteWhileHeld(s: Scenario, holder: Database | undefined): Promi
     if (!holder) await send();
     else {
       await holder.withTransaction(async (tx) => {
-        await tx.query('SELECT pg_advisory_xact_lock(runtime_cleanup_lock_key($1::text, $2::text))', [
-          s.uid,
-          s.runtimeScopeId,
-        ]);
-        await tx.query('SELECT 1 FROM agent_runs WHERE id = $1::text FOR UPDATE', [s.rootRunId]);
+        if (locks.advisory) {
+          await tx.query('SELECT pg_advisory_xact_lock(runtime_cleanup_lock_key($1::text, $2::text))', [
+            s.uid,
+            s.runtimeScopeId,
+          ]);
+        }
+        if (locks.row)
+          await tx.query('SELECT 1 FROM agent_runs WHERE id = $1::text FOR UPDATE', [s.rootRunId]);
         await send();
       });
     }
@@ -100,6 +110,23 @@ describe('the invariant-3 lock probe', () => {
     expect(new Set(verdict.holders.map((holder) => holder.lock))).toEqual(new Set(['advisory', 'row']));
     expect(verdict.holders.every((holder) => holder.applicationName === STACK)).toBe(true);
   });
+
+  // The probe tries both locks in one statement (one round trip inside the DELETE): each lock
+  // alone must still be found, the advisory one by its answer, the row by NOWAIT's error.
+  it.each([
+    ['the advisory lock alone', { advisory: true, row: false }, 'advisory'],
+    ['the row lock alone', { advisory: false, row: true }, 'row'],
+  ] as const)(
+    'reports a violation when a stack connection holds %s across the DELETE',
+    async (_, locks, lock) => {
+      const s = await finishedRootRun(t.db);
+      const verdict = await deleteWhileHeld(s, await pool(STACK), locks);
+      expect(verdict.kind).toBe('violation');
+      if (verdict.kind !== 'violation') return;
+      expect(verdict.heldForMs).toBeGreaterThanOrEqual(WINDOW_MS);
+      expect(verdict.holders.map((holder) => holder.lock)).toEqual([lock]);
+    },
+  );
 
   it('does not blame the stack for locks another application holds', async () => {
     const s = await finishedRootRun(t.db);

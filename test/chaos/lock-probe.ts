@@ -145,10 +145,19 @@ export type ProbeVerdict =
       holders: LockHolder[];
     };
 
-const TRY_SCOPE_LOCK =
-  'SELECT pg_try_advisory_xact_lock(runtime_cleanup_lock_key($1::text, $2::text)) AS acquired';
-const LOCK_SCOPE_ROWS_NOWAIT =
-  'SELECT id FROM agent_runs WHERE uid = $1::text AND runtime_scope_id = $2::text FOR UPDATE NOWAIT';
+/**
+ * Both tries in one statement, sent as a whole transaction in one round trip (`Database.transact`:
+ * BEGIN, the statement, COMMIT in one message): the DELETE waits for the probe, so every round
+ * trip here is time taken from the request's own timeout. Four round trips (BEGIN, the two tries,
+ * COMMIT) cost a loaded chaos machine 0.2–0.7 s per DELETE and made fault-free DELETEs miss their
+ * 1 s timeout. A row that another transaction holds fails the statement with 55P03 (NOWAIT);
+ * a held advisory lock answers `acquired = false`. Both locks end with the COMMIT in the same message.
+ */
+const TRY_SCOPE_LOCKS = `
+  SELECT pg_try_advisory_xact_lock(runtime_cleanup_lock_key($1::text, $2::text)) AS acquired,
+         (SELECT count(*) FROM (SELECT id FROM agent_runs
+                                WHERE uid = $1::text AND runtime_scope_id = $2::text
+                                FOR UPDATE NOWAIT) AS scope_rows)::int AS rows_locked`;
 
 /** Who holds the scope's advisory lock, and who holds a row lock on a run of the scope right now. */
 const LOCK_HOLDERS = `
@@ -236,11 +245,8 @@ export class LockProbe {
   async #tryOnce(scope: ScopeKey): Promise<LockHolder[] | undefined> {
     const values = [scope.uid, scope.runtimeScopeId];
     try {
-      await this.db.withTransaction(async (tx) => {
-        const { rows } = await tx.query<{ acquired: boolean }>(TRY_SCOPE_LOCK, values);
-        if (!rows[0]?.acquired) throw new HeldError('advisory lock held');
-        await tx.query(LOCK_SCOPE_ROWS_NOWAIT, values);
-      });
+      const { rows } = await this.db.transact<{ acquired: boolean }>(TRY_SCOPE_LOCKS, values);
+      if (!rows[0]?.acquired) throw new HeldError('advisory lock held');
       return undefined;
     } catch (error) {
       if (!isLockNotAvailable(error)) throw error;

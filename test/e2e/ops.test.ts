@@ -19,7 +19,12 @@ import { eventually } from '../support/stack.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const CLI = fileURLToPath(new URL('../../infra/ops/cli.ts', import.meta.url));
-const CHILD_TIMEOUT_MS = 30_000;
+/**
+ * A CLI process's bound: tsx compiles the CLI at start, and the first test starts twelve at once
+ * beside the rest of the suite on two cores (seen: 33 s under a loaded machine). The tests' own
+ * timeouts stay above it, so a hung CLI is reported as its own failure.
+ */
+const CHILD_TIMEOUT_MS = 90_000;
 
 const fixture = useStackFixture();
 
@@ -61,7 +66,9 @@ async function deadLettersOf(queue: string, runId: string): Promise<Message[]> {
   return (await fixture.stack.deadLetters(queue)).filter((m) => m.Body?.includes(runId));
 }
 
-describe('ops CLI: usage, configuration and unreachable dependencies', () => {
+describe('ops CLI: usage, configuration and unreachable dependencies', {
+  timeout: CHILD_TIMEOUT_MS + 60_000,
+}, () => {
   it('answers each failure with its exit code and one clear line, never printing a password', async () => {
     const closedPort = await freePort();
     const secret = `pw-${randomUUID().slice(0, 8)}`;
@@ -184,7 +191,7 @@ describe('ops CLI: usage, configuration and unreachable dependencies', () => {
   });
 });
 
-describe('ops CLI against the local stack', () => {
+describe('ops CLI against the local stack', { timeout: CHILD_TIMEOUT_MS + 60_000 }, () => {
   it('fences lists an unannounced fence with its generation, and retry gets it cleaned', async () => {
     const scope = await fixture.stack.platform.createScope();
     const run = (await fixture.stack.platform.admitRootRun(scope))!;

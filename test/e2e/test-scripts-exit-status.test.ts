@@ -32,21 +32,27 @@ function npmRun(script: string, fixture: 'failing' | 'passing', mode: Mode): Pro
 
 const plain = (run: ChildRun) => stripVTControlCharacters(`${run.stdout}\n${run.stderr}`);
 
-describe.each<Mode>(['embedded PostgreSQL', 'DATABASE_URL'])('test scripts with %s', (mode) => {
-  it.each(SCRIPTS)('npm run %s exits non-zero when a test fails', async (script) => {
-    const run = await npmRun(script, 'failing', mode);
-    const output = plain(run);
-    expect(run.code, output).not.toBe(0);
-    expect(run.code, output).not.toBeNull();
-    // The failure is the fixture's assertion, once per tier the script runs, and nothing else.
-    expect(output).toMatch(new RegExp(`Tests +${TIERS[script]} failed \\(${TIERS[script]}\\)`));
-    expect(output).toContain('fails on purpose');
-  });
+// Each test waits for a whole `npm run` (typecheck, lint, Vitest) beside the rest of the suite: its
+// timeout is the child's bound and a margin, so a slow machine meets the child's own bound first.
+describe.each<Mode>(['embedded PostgreSQL', 'DATABASE_URL'])(
+  'test scripts with %s',
+  { timeout: CHILD_TIMEOUT_MS + 30_000 },
+  (mode) => {
+    it.each(SCRIPTS)('npm run %s exits non-zero when a test fails', async (script) => {
+      const run = await npmRun(script, 'failing', mode);
+      const output = plain(run);
+      expect(run.code, output).not.toBe(0);
+      expect(run.code, output).not.toBeNull();
+      // The failure is the fixture's assertion, once per tier the script runs, and nothing else.
+      expect(output).toMatch(new RegExp(`Tests +${TIERS[script]} failed \\(${TIERS[script]}\\)`));
+      expect(output).toContain('fails on purpose');
+    });
 
-  it('npm test exits 0 when every test passes (the control)', async () => {
-    const run = await npmRun('test', 'passing', mode);
-    const output = plain(run);
-    expect(run.code, output).toBe(0);
-    expect(output).toMatch(/Tests +4 passed \(4\)/);
-  });
-});
+    it('npm test exits 0 when every test passes (the control)', async () => {
+      const run = await npmRun('test', 'passing', mode);
+      const output = plain(run);
+      expect(run.code, output).toBe(0);
+      expect(output).toMatch(/Tests +4 passed \(4\)/);
+    });
+  },
+);

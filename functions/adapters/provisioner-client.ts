@@ -25,6 +25,7 @@ import {
   type SandboxDeleteClient,
 } from '../cleanup/sandbox-provider.ts';
 import { ReleaseOutcome } from '../cleanup/types.ts';
+import { type Deadline, startDeadline } from './deadline.ts';
 import { MESSAGE_FIELD_LIMITS } from './messages.ts';
 import { parseRetryAfter } from './retry-after.ts';
 
@@ -128,8 +129,15 @@ export class ProvisionerClient implements SandboxDeleteClient {
    * nothing (reclaim-listing.ts).
    */
   async listSandboxes(options: { timeoutMs: number; signal?: AbortSignal }): Promise<ListedSandbox[]> {
-    const timeout = AbortSignal.timeout(options.timeoutMs);
-    const signal = options.signal ? AbortSignal.any([options.signal, timeout]) : timeout;
+    const deadline = startDeadline(options.timeoutMs, options.signal);
+    try {
+      return await this.#list(deadline.signal, options.timeoutMs);
+    } finally {
+      deadline.dispose();
+    }
+  }
+
+  async #list(signal: AbortSignal, timeoutMs: number): Promise<ListedSandbox[]> {
     let response: Dispatcher.ResponseData;
     try {
       response = await this.#dispatcher.request({
@@ -138,8 +146,8 @@ export class ProvisionerClient implements SandboxDeleteClient {
         method: 'GET',
         headers: { accept: 'application/json' },
         signal,
-        headersTimeout: options.timeoutMs,
-        bodyTimeout: options.timeoutMs,
+        headersTimeout: timeoutMs,
+        bodyTimeout: timeoutMs,
       });
     } catch (error) {
       throw listUnavailable(error);
@@ -176,28 +184,31 @@ export class ProvisionerClient implements SandboxDeleteClient {
     facts: Record<string, unknown> = {},
   ): Promise<ReleaseOutcome> {
     const { sandboxId, generation, deleteTimeoutMs } = request;
-    const deleteTimeout = AbortSignal.timeout(deleteTimeoutMs);
-    const signal = request.signal ? AbortSignal.any([request.signal, deleteTimeout]) : deleteTimeout;
+    const deadline = startDeadline(deleteTimeoutMs, request.signal);
     const path = `${this.#basePath}/api/sandboxes/${encodeURIComponent(sandboxId)}?generation=${generation}`;
     const context = { sandboxId, generation, ...facts };
-    let response: Dispatcher.ResponseData;
     try {
-      response = await this.#dispatcher.request({
-        origin: this.#origin,
-        path,
-        method: 'DELETE',
-        signal,
-        headersTimeout: deleteTimeoutMs,
-        bodyTimeout: deleteTimeoutMs,
-      });
-    } catch (error) {
-      throw this.#translate(error, context, deleteTimeout, request.signal);
-    }
-    try {
-      return await this.#interpret(response, context);
-    } catch (error) {
-      response.body.destroy();
-      throw this.#translate(error, context, deleteTimeout, request.signal);
+      let response: Dispatcher.ResponseData;
+      try {
+        response = await this.#dispatcher.request({
+          origin: this.#origin,
+          path,
+          method: 'DELETE',
+          signal: deadline.signal,
+          headersTimeout: deleteTimeoutMs,
+          bodyTimeout: deleteTimeoutMs,
+        });
+      } catch (error) {
+        throw this.#translate(error, context, deadline, request.signal);
+      }
+      try {
+        return await this.#interpret(response, context);
+      } catch (error) {
+        response.body.destroy();
+        throw this.#translate(error, context, deadline, request.signal);
+      }
+    } finally {
+      deadline.dispose();
     }
   }
 
@@ -312,7 +323,7 @@ export class ProvisionerClient implements SandboxDeleteClient {
   #translate(
     error: unknown,
     context: Record<string, unknown>,
-    deleteTimeout: AbortSignal,
+    deadline: Deadline,
     callerSignal: AbortSignal | undefined,
   ): CleanupError {
     if (callerSignal?.aborted) {
@@ -321,7 +332,7 @@ export class ProvisionerClient implements SandboxDeleteClient {
         ? reason
         : new CleanupTimeoutError('release aborted by its deadline', context, { cause: reason });
     }
-    if (deleteTimeout.aborted) {
+    if (deadline.expired) {
       return new ProvisionerDeleteTimeoutError('provisioner delete timed out', context, { cause: error });
     }
     if (error instanceof CleanupError) return error;

@@ -35,6 +35,13 @@ import { type Stack, startStack } from '../../infra/local/stack.ts';
 import { type ChildHandle, startChild } from '../support/child-process.ts';
 import { admitAndFinish, assertConverged, describeError } from '../support/convergence.ts';
 import { type CpuReport, startCpuProbe } from '../support/cpu.ts';
+import {
+  type MemoryGrowth,
+  type MemorySample,
+  type MemoryWave,
+  memoryGrowth,
+  sampleAfterGc,
+} from '../support/memory.ts';
 import { warmPool } from '../support/pools.ts';
 import type { BenchPostgres } from '../support/postgres.ts';
 import { deletesByGeneration, waitForSandboxesReady } from '../support/sandboxes.ts';
@@ -126,6 +133,12 @@ export interface MemoryRun {
   rssEndMiB: number;
   heapUsedStartMiB: number;
   heapUsedPeakMiB: number;
+  /** After a forced full GC just before the first wave (absent in results written before it was measured). */
+  startAfterGc?: MemorySample;
+  /** Each wave, in order (absent in results written before it was measured). */
+  perWave?: MemoryWave[];
+  /** Growth per cleanup of the post-GC figures over the second half of the waves (absent likewise). */
+  growth?: MemoryGrowth;
 }
 
 export interface E2eReport {
@@ -155,6 +168,13 @@ const STACK_DB_CONNECTIONS = 20;
 /** The stack's default pollers per queue (infra/local/stack.ts), stated here for the report. */
 export const DEFAULT_STACK_CONCURRENCY: StackConcurrency = { fenceCheck: 4, release: 8, finalize: 4 };
 const COLLECT_TIMEOUT_MS = 120_000;
+/**
+ * Requests the stack's provisioner keeps in its audit, per run of the largest sub-run. A sub-run
+ * reads only its own requests (a POST and a DELETE per run), so five sub-runs' worth is plenty;
+ * at the default 10 000 the audit would still be filling during the memory run (about 0.6 KiB
+ * per cleanup) and show as growth that no deployed function has.
+ */
+const AUDIT_ENTRIES_PER_RUN = 10;
 
 export async function runE2eScenario(context: E2eContext): Promise<E2eReport> {
   const { postgres, profile, log } = context;
@@ -185,6 +205,7 @@ export async function runE2eScenario(context: E2eContext): Promise<E2eReport> {
       logLevel: 'SILENT',
       sweeper: false,
       provisionerGraceMs: 500,
+      provisionerAuditLimit: AUDIT_ENTRIES_PER_RUN * Math.max(profile.burstRuns, profile.pacedRuns, 10),
       concurrency,
       onError: (error, source) => stackErrors.push(`${source}: ${describeError(error)}`),
     });
@@ -314,8 +335,14 @@ export async function runE2eScenario(context: E2eContext): Promise<E2eReport> {
     let memory: MemoryRun | undefined;
     try {
       memory = await memoryRun(subRun, profile);
+      const afterGc = memory.perWave?.map((wave) => wave.afterGc) ?? [];
+      const growth = memory.growth;
       log(
-        `  e2e memory over ${memory.cleanups} cleanups: RSS ${memory.rssStartMiB} → peak ${memory.rssPeakMiB} → end ${memory.rssEndMiB} MiB`,
+        `  e2e memory over ${memory.cleanups} cleanups: RSS ${memory.rssStartMiB} → peak ${memory.rssPeakMiB} → end ${memory.rssEndMiB} MiB; ` +
+          `after GC, per burst: RSS ${afterGc.map((s) => s.rssMiB).join(' ')} MiB, JS heap used ${afterGc.map((s) => s.heapUsedMiB).join(' ')} MiB` +
+          (growth
+            ? `; growth from burst ${growth.fromWave}: JS heap ${growth.heapUsedKiBPerCleanup ?? '—'}, RSS ${growth.rssKiBPerCleanup ?? '—'} KiB per cleanup`
+            : ''),
       );
     } catch (error) {
       log(`  e2e memory run: INVALID — ${describeError(error)}`);
@@ -554,19 +581,32 @@ function floorRatios(
   };
 }
 
-/** Bursts of `burstRuns` at delete latency 0, one after the other, until `memoryCleanups`: RSS over all. */
+/**
+ * Bursts of `burstRuns` at delete latency 0, one after the other, until `memoryCleanups`: RSS at
+ * start, peak and end, and after each wave what survives a forced full GC (see support/memory.ts).
+ */
 async function memoryRun(subRun: SubRun, profile: E2eProfile): Promise<MemoryRun> {
   const waves = Math.max(1, Math.ceil(profile.memoryCleanups / profile.burstRuns));
   const start = process.memoryUsage();
+  const startAfterGc = await sampleAfterGc();
   let rssPeak = start.rss / 2 ** 20;
   let heapPeak = start.heapUsed / 2 ** 20;
+  const perWave: MemoryWave[] = [];
   for (let wave = 0; wave < waves; wave += 1) {
     const figure = await subRun({ kind: 'burst', runs: profile.burstRuns, deleteLatencyMs: 0 });
-    rssPeak = Math.max(rssPeak, figure.cpu.memoryMiB?.rssPeak ?? 0);
-    heapPeak = Math.max(heapPeak, figure.cpu.memoryMiB?.heapUsedPeak ?? 0);
+    const sampled = figure.cpu.memoryMiB;
+    rssPeak = Math.max(rssPeak, sampled?.rssPeak ?? 0);
+    heapPeak = Math.max(heapPeak, sampled?.heapUsedPeak ?? 0);
+    perWave.push({
+      cleanups: (wave + 1) * profile.burstRuns,
+      rssPeakMiB: sampled?.rssPeak ?? 0,
+      heapUsedPeakMiB: sampled?.heapUsedPeak ?? 0,
+      afterGc: await sampleAfterGc(),
+    });
   }
   const end = process.memoryUsage();
   const mib = (value: number) => Math.round(value * 10) / 10;
+  const growth = memoryGrowth(perWave);
   return {
     cleanups: waves * profile.burstRuns,
     waves,
@@ -575,6 +615,9 @@ async function memoryRun(subRun: SubRun, profile: E2eProfile): Promise<MemoryRun
     rssEndMiB: mib(end.rss / 2 ** 20),
     heapUsedStartMiB: mib(start.heapUsed / 2 ** 20),
     heapUsedPeakMiB: mib(heapPeak),
+    startAfterGc,
+    perWave,
+    ...(growth ? { growth } : {}),
   };
 }
 

@@ -3,8 +3,9 @@
  * benchmark prints at the end); and the README's benchmark section (`renderReadmeSection`), which
  * a published run writes between the README's `bench:begin` and `bench:end` markers.
  */
-import type { SubRunFigure } from '../e2e/scenario.ts';
+import type { MemoryRun, SubRunFigure } from '../e2e/scenario.ts';
 import { Design } from '../locks/scenario.ts';
+import type { MemorySample } from '../support/memory.ts';
 import type { Summary } from '../support/stats.ts';
 import { type BenchResults, lockFigure } from './results.ts';
 
@@ -185,13 +186,7 @@ export function renderMarkdown(results: BenchResults, sourceFile: string): strin
         'Scope turnaround: from the announcement of a finished run to the next run of the same scope admitted by the platform (scope lock, `runtime_cleanup_blocked`) on receipt of its runtime-cleaned event. Lock hold on the server: each one-round-trip transaction’s time on the server from the receipt of its message to just after its COMMIT (`statement_timestamp()` to `clock_timestamp()`, read by one more statement in the same message), which bounds the hold where the locks are held; the client’s round trip adds the trip back and this process’s event-loop delay in hearing of it, after the locks are gone.',
       );
     }
-    if (e2e.memory) {
-      const m = e2e.memory;
-      lines.push(
-        '',
-        `Memory over ${m.cleanups} cleanups (${m.waves} bursts back to back at delete latency 0): RSS ${fmt(m.rssStartMiB)} → peak ${fmt(m.rssPeakMiB)} → end ${fmt(m.rssEndMiB)} MiB; JS heap used ${fmt(m.heapUsedStartMiB)} → peak ${fmt(m.heapUsedPeakMiB)} MiB.`,
-      );
-    }
+    if (e2e.memory) lines.push('', ...memoryLines(e2e.memory));
     const burstAtZero = e2e.figures.find((f) => f.deleteLatencyMs === 0 && f.valid)?.burst;
     if (burstAtZero) {
       const c = burstAtZero.cpu;
@@ -246,6 +241,39 @@ export function renderMarkdown(results: BenchResults, sourceFile: string): strin
   }
   lines.push('');
   return lines.join('\n');
+}
+
+/**
+ * The memory run: RSS start → peak → end as always; with results that have them (not those written
+ * before), what survives a forced full GC after each wave and its growth per cleanup over the
+ * second half of the waves, which is what tells a plateau from a leak.
+ */
+function memoryLines(m: MemoryRun): string[] {
+  const summary = `Memory over ${m.cleanups} cleanups (${m.waves} bursts back to back at delete latency 0): RSS ${fmt(m.rssStartMiB)} → peak ${fmt(m.rssPeakMiB)} → end ${fmt(m.rssEndMiB)} MiB; JS heap used ${fmt(m.heapUsedStartMiB)} → peak ${fmt(m.heapUsedPeakMiB)} MiB`;
+  if (!m.perWave?.length || !m.startAfterGc) return [`${summary}.`];
+  const waves = m.perWave;
+  const row = (label: string, pick: (sample: MemorySample) => number) =>
+    `| ${label} | ${fmt(pick(m.startAfterGc!))} | ${waves.map((w) => fmt(pick(w.afterGc))).join(' | ')} |`;
+  const lines = [
+    `${summary} (peaks include garbage not yet collected; the forced collections between bursts keep them lower than V8 lets them grow on its own). After a forced full GC, before the first burst and after each (this process: the functions, the SQS emulator and the local provisioner):`,
+    '',
+    `| after GC, cleanups done | 0 | ${waves.map((w) => `${w.cleanups}`).join(' | ')} |`,
+    `|---|---:|${waves.map(() => '---:').join('|')}|`,
+    row('RSS (MiB)', (sample) => sample.rssMiB),
+    row('JS heap committed (MiB)', (sample) => sample.heapTotalMiB),
+    row('JS heap used (MiB)', (sample) => sample.heapUsedMiB),
+    '',
+  ];
+  const g = m.growth;
+  const kib = (value: number | undefined) =>
+    value === undefined ? '—' : `${value >= 0 ? '+' : ''}${fmt(value)}`;
+  lines.push(
+    g
+      ? `Growth after GC from burst ${g.fromWave} to burst ${waves.length} (${g.cleanups} cleanups, least squares): JS heap ${kib(g.heapUsedKiBPerCleanup)} KiB and RSS ${kib(g.rssKiBPerCleanup)} KiB per cleanup. ` +
+          'The first bursts are left out: they fill what is filled once (JIT code, pools, the allocator’s high-water mark).'
+      : 'Growth per cleanup: not computed (fewer than two bursts).',
+  );
+  return lines;
 }
 
 export const README_BEGIN =

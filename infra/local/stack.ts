@@ -69,6 +69,8 @@ export interface StackOptions {
   provisionerSeed?: number;
   /** Grace between SIGTERM and SIGKILL for built-in sandboxes. */
   provisionerGraceMs?: number;
+  /** Requests the built-in provisioner's audit keeps, oldest dropped first (default 10 000). */
+  provisionerAuditLimit?: number;
   /** The built-in provisioner behaves like the contract's (default) or like the platform's deployed one. */
   provisionerMode?: ProvisionerMode;
   /** Runs the sweeper on its interval (default true). */
@@ -181,6 +183,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
         ...(options.provisionerSeed !== undefined ? { seed: options.provisionerSeed } : {}),
         ...(options.provisionerGraceMs !== undefined ? { graceMs: options.provisionerGraceMs } : {}),
         ...(options.provisionerMode !== undefined ? { mode: options.provisionerMode } : {}),
+        ...(options.provisionerAuditLimit !== undefined ? { auditLimit: options.provisionerAuditLimit } : {}),
       });
       cleanups.push(() => provisioner!.stop());
       provisionerUrl = provisioner.url;

@@ -134,6 +134,7 @@ describe('a storm of terminated backends', () => {
       STORM_WORKERS: '30',
       STORM_FRESH_WORKERS: '6',
       STORM_DURATION_MS: '6000',
+      STORM_MIN_SUCCEEDED: '100',
     });
 
     // The child lived to the end and said so; a crash is a non-zero exit with the error on stderr.

@@ -183,7 +183,7 @@ export function renderMarkdown(results: BenchResults, sourceFile: string): strin
       }
       lines.push(
         '',
-        'Scope turnaround: from the announcement of a finished run to the next run of the same scope admitted by the platform (scope lock, `runtime_cleanup_blocked`) on receipt of its runtime-cleaned event. Lock hold on the server: each one-round-trip transaction’s time on the server from the receipt of its message to just after its COMMIT (`statement_timestamp()` to `clock_timestamp()`, read by one more statement in the same message), which bounds the hold where the locks are held; the client’s round trip adds the trip back and this process’s event-loop delay in hearing of it, after the locks are gone.',
+        'Scope turnaround: from the announcement of a finished run to the next run of the same scope admitted by the platform (scope lock, `runtime_cleanup_blocked`) on receipt of its runtime-cleaned event. Lock hold on the server: each one-round-trip transaction’s hold on the server’s clock, from the decision taking the scope’s advisory lock (noted by the decision function, migration 010) to just after its COMMIT, read by statements in the same message; no wait for the lock is in it. The client’s round trip adds the trip back and this process’s event-loop delay in hearing of it, after the locks are gone.',
       );
     }
     if (e2e.memory) lines.push('', ...memoryLines(e2e.memory));

@@ -29,7 +29,7 @@ import { ratio } from './support/stats.ts';
 import { startWindowProfiler } from './support/window-profiler.ts';
 
 const USAGE = `usage: npm run bench [-- --quick] [-- --publish] [-- --only locks|e2e|scale] [-- --sqs-process] [-- --concurrency …] [-- --render FILE]
-  --quick         smoke check (under two minutes, few samples); the full run takes about three and a half
+  --quick         smoke check (under two minutes, few samples); the full run takes about six and a half minutes on 2 cores
   --publish       also write latest.json, machine.json, the chart and README-table.md (default for a full run)
   --only          run one part only (never publishes); scale runs even in --quick
   --render        measure nothing: rewrite the chart and README-table.md from a results JSON
@@ -61,7 +61,7 @@ const MODEL = {
   lockHold:
     'Split: each phase is one message (BEGIN, the decision function, COMMIT), so the hold is at most that message’s round trip on its connection, timed by the adapter (Database.transact’s observeRoundTrip; a wait for a pool slot is not in it). Baseline: from the moment the lock statement (pg_advisory_xact_lock / SELECT … FOR UPDATE) returned to the client to the moment COMMIT returned. Both through a Database wrapper (bench/support/lock-hold.ts); one sample per cleanup transaction (split: fence check and finalize). Split, on the server (the `serverHoldMs` and `serverLockHoldMs` fields; older results lack them): each decision function notes when it took the scope’s advisory lock (migration 010, runtime_cleanup.lock_taken_at), and the same message reads that before its COMMIT and clock_timestamp() after it: the hold on the server’s clock, from the lock taken to the locks released, without any wait for the lock, the trip back or this process’s event-loop delay (serverMessageMs beside it is the server’s time on the whole message, waits included). The lock-hold targets are judged on it.',
   floor:
-    'The floor (bench/e2e/floor.ts), in the same run and stack as part 2: three hops through the same SQS emulator, each one SendMessage, one receive and one delete (the same emulated event source mapping); two one-round-trip transactions through the same driver and bridge; one HTTP DELETE to the same provisioner; no logic. Ratios are project ÷ floor.',
+    'The floor (bench/e2e/floor.ts), in the same run and stack as part 2: three hops through the same SQS emulator, each one SendMessage, one receive and one delete (the same emulated event source mapping, with the stack’s batch size and pollers per queue); two one-round-trip transactions through the same driver and bridge; one HTTP DELETE to the same provisioner; no logic. Ratios are project ÷ floor.',
   scale:
     'Part 3 (full run or --only scale): a generated dataset (1 M runs, 50 k pending root fences); runtime_cleanup_blocked on random scopes, the sweeper claim (rolled back per sample) and ops fences, timed from the client with their EXPLAIN (ANALYZE, BUFFERS) plans.',
   timeouts:

@@ -8,8 +8,10 @@
  * bridge (`Database.transact`: the first locks the scope and the run and reads the sandbox, the
  * second locks them again, clears the fence and marks the generation released); and one HTTP
  * DELETE to the same local provisioner. The hops are driven by the same emulated event source
- * mapping as the functions (batch receives, long polling, DeleteMessageBatch) with handlers that do
- * nothing else: no validation, no logging, no metrics, no retries, no dead letters, no guard.
+ * mapping as the functions (batch receives, long polling, DeleteMessageBatch), with the stack's batch
+ * size and pollers per queue (a larger batch at the release hop would run more deletes at a time
+ * than the deployed mapping lets the project run, and the ratio would price a setting), and with
+ * handlers that do nothing else: no validation, no logging, no metrics, no retries, no dead letters, no guard.
  *
  * Each hop sends one SendMessage per cleanup (no coalescing): that is the floor's "one send".
  */
@@ -81,6 +83,8 @@ export async function startFloor(options: {
   provisionerUrl: string;
   /** Pollers per hop, as the stack's per queue. */
   concurrency: readonly [number, number, number];
+  /** Records per invocation per hop, as the stack's event source mappings (`infra/queues.json`). */
+  batchSizes: readonly [number, number, number];
 }): Promise<Floor> {
   const sqs: SQSClient = createSqsClient({ endpoint: options.sqsEndpoint });
   const counter = countSqsCalls(sqs);
@@ -167,7 +171,7 @@ export async function startFloor(options: {
       queueArn: target.arn,
       functionName: `floor-${index + 1}`,
       handler,
-      batchSize: 10,
+      batchSize: options.batchSizes[index]!,
       timeoutSeconds: 60,
       concurrency,
     }),

@@ -28,6 +28,7 @@ import {
   createQueues,
   createSqsClient,
   deadLetterQueueName,
+  FUNCTION_DEFINITIONS,
   QueueName,
 } from '../../functions/adapters/queues.ts';
 import { type AdmittedRun, PlatformSimulator, type ScopeRef } from '../../infra/local/platform.ts';
@@ -231,6 +232,11 @@ export async function runE2eScenario(context: E2eContext): Promise<E2eReport> {
       db: floorDb,
       provisionerUrl: stack.provisionerUrl,
       concurrency: [concurrency.fenceCheck, concurrency.release, concurrency.finalize],
+      batchSizes: [
+        FUNCTION_DEFINITIONS.fenceCheck.batchSize,
+        FUNCTION_DEFINITIONS.release.batchSize,
+        FUNCTION_DEFINITIONS.finalize.batchSize,
+      ],
     });
     const common = {
       benchSqs,

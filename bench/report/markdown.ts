@@ -158,7 +158,7 @@ export function renderMarkdown(results: BenchResults, sourceFile: string): strin
     if (e2e.figures.some((f) => f.floor)) {
       lines.push(
         '',
-        '**Against the floor, measured in the same run** (`bench/e2e/floor.ts`: the same emulator, database path and provisioner; 3 hops of one send, one receive and one delete; 2 one-round-trip transactions; one HTTP DELETE; no logic). Project ÷ floor:',
+        '**Against the floor, measured in the same run** (`bench/e2e/floor.ts`: the same emulator, database path and provisioner; 3 hops of one send, one receive and one delete, with the stack’s batch sizes and pollers; 2 one-round-trip transactions; one HTTP DELETE; no logic). Project ÷ floor:',
         '',
         '| delete latency | CPU / cleanup (burst, ms) | SQS calls / cleanup (paced) | DB round trips / cleanup | burst cleanups/s | lock hold p99 on the server (ms; round trip as the client saw it) | scope turnaround p50 / p99 (ms) | turnaround beyond the delete p50 / p99 |',
         '|---:|---:|---:|---:|---:|---:|---:|---:|',

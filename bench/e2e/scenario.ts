@@ -143,7 +143,10 @@ export interface MemoryRun {
 }
 
 export interface E2eReport {
+  /** Pollers per queue, the stack's and the floor's alike. */
   stackConcurrency: Record<string, number>;
+  /** Records per invocation at the floor's three hops: the stack's batch sizes (absent in older results). */
+  floorBatchSizes?: readonly [number, number, number];
   /** Where the SQS emulator ran: in the stack's process (the default, as `npm run stack`) or its own. */
   sqsEmulator: 'in-process' | 'own-process';
   figures: E2eFigure[];
@@ -166,7 +169,10 @@ export type StackConcurrency = Record<'fenceCheck' | 'release' | 'finalize', num
 
 /** The stack's database pool size (infra/local/stack.ts, `maxConnections: 20`), warmed before each sub-run. */
 const STACK_DB_CONNECTIONS = 20;
-/** The stack's default pollers per queue (infra/local/stack.ts), stated here for the report. */
+/**
+ * The pollers per queue this benchmark gives the stack and the floor alike (`--concurrency` changes
+ * them); `npm run stack` on its own runs 4 / 16 / 4 (infra/local/stack.ts).
+ */
 export const DEFAULT_STACK_CONCURRENCY: StackConcurrency = { fenceCheck: 4, release: 8, finalize: 4 };
 const COLLECT_TIMEOUT_MS = 120_000;
 /**
@@ -227,16 +233,17 @@ export async function runE2eScenario(context: E2eContext): Promise<E2eReport> {
         observe?.(timing);
       });
     const floorDb = await database.open({ maxConnections: STACK_DB_CONNECTIONS });
+    const floorBatchSizes = [
+      FUNCTION_DEFINITIONS.fenceCheck.batchSize,
+      FUNCTION_DEFINITIONS.release.batchSize,
+      FUNCTION_DEFINITIONS.finalize.batchSize,
+    ] as const;
     floor = await startFloor({
       sqsEndpoint: stack.sqsEndpoint,
       db: floorDb,
       provisionerUrl: stack.provisionerUrl,
       concurrency: [concurrency.fenceCheck, concurrency.release, concurrency.finalize],
-      batchSizes: [
-        FUNCTION_DEFINITIONS.fenceCheck.batchSize,
-        FUNCTION_DEFINITIONS.release.batchSize,
-        FUNCTION_DEFINITIONS.finalize.batchSize,
-      ],
+      batchSizes: floorBatchSizes,
     });
     const common = {
       benchSqs,
@@ -353,7 +360,13 @@ export async function runE2eScenario(context: E2eContext): Promise<E2eReport> {
     } catch (error) {
       log(`  e2e memory run: INVALID — ${describeError(error)}`);
     }
-    return { stackConcurrency: concurrency, sqsEmulator, figures, ...(memory ? { memory } : {}) };
+    return {
+      stackConcurrency: concurrency,
+      floorBatchSizes,
+      sqsEmulator,
+      figures,
+      ...(memory ? { memory } : {}),
+    };
   } finally {
     await floor?.stop();
     emf.restore();

@@ -3,7 +3,7 @@
  * benchmark prints at the end); and the README's benchmark section (`renderReadmeSection`), which
  * a published run writes between the README's `bench:begin` and `bench:end` markers.
  */
-import type { MemoryRun, SubRunFigure } from '../e2e/scenario.ts';
+import type { E2eReport, MemoryRun, SubRunFigure } from '../e2e/scenario.ts';
 import { Design } from '../locks/scenario.ts';
 import type { MemorySample } from '../support/memory.ts';
 import type { Summary } from '../support/stats.ts';
@@ -21,6 +21,13 @@ function fmt(value: number | undefined): string {
 }
 
 const times = (value: number | undefined) => (value === undefined ? '—' : `×${fmt(value)}`);
+
+/** How the floor's hops were driven: the stack's batch sizes since they are recorded, batches of 10 before. */
+function floorSettings(e2e: E2eReport): string {
+  return e2e.floorBatchSizes
+    ? `with the stack’s batch sizes (${e2e.floorBatchSizes.join(' / ')} records) and pollers per queue`
+    : 'with batches of up to 10 at every hop and the stack’s pollers per queue';
+}
 
 export function shortPostgresVersion(version: string): string {
   return /^PostgreSQL [\d.]+/.exec(version)?.[0] ?? version;
@@ -158,7 +165,7 @@ export function renderMarkdown(results: BenchResults, sourceFile: string): strin
     if (e2e.figures.some((f) => f.floor)) {
       lines.push(
         '',
-        '**Against the floor, measured in the same run** (`bench/e2e/floor.ts`: the same emulator, database path and provisioner; 3 hops of one send, one receive and one delete, with the stack’s batch sizes and pollers; 2 one-round-trip transactions; one HTTP DELETE; no logic). Project ÷ floor:',
+        `**Against the floor, measured in the same run** (\`bench/e2e/floor.ts\`: the same emulator, database path and provisioner; 3 hops of one send, one receive and one delete, ${floorSettings(e2e)}; 2 one-round-trip transactions; one HTTP DELETE; no logic). Project ÷ floor:`,
         '',
         '| delete latency | CPU / cleanup (burst, ms) | SQS calls / cleanup (paced) | DB round trips / cleanup | burst cleanups/s | lock hold p99 on the server (ms; round trip as the client saw it) | scope turnaround p50 / p99 (ms) | turnaround beyond the delete p50 / p99 |',
         '|---:|---:|---:|---:|---:|---:|---:|---:|',

@@ -50,6 +50,7 @@ import { type Summary, summarize } from '../support/stats.ts';
 import type { WindowProfiler } from '../support/window-profiler.ts';
 import { swallowEmfLines } from './emf-sink.ts';
 import { type Floor, type LockHold, startFloor } from './floor.ts';
+import { medianBurst } from './median-burst.ts';
 import { countSqsCalls, difference } from './sqs-call-counter.ts';
 
 export interface E2eProfile {
@@ -57,6 +58,8 @@ export interface E2eProfile {
   pacedRuns: number;
   pacedPerSecond: number;
   burstRuns: number;
+  /** Bursts per design and delete latency, interleaved; the median one is reported (absent: 1). */
+  burstRepeats?: number;
   /** Cleanups of the memory run at delete latency 0: bursts of `burstRuns`, one after the other. */
   memoryCleanups: number;
 }
@@ -119,7 +122,10 @@ export interface E2eFigure {
   valid: boolean;
   error?: string;
   paced?: SubRunFigure & { perSecond: number };
+  /** The median burst (by cleanups/s) of `burstRepeats`. */
   burst?: SubRunFigure;
+  /** Cleanups/s of every burst, project's and floor's, in the order they ran (absent in older results). */
+  burstRepeats?: { project: number[]; floor: number[] };
   /** The same sub-runs through the floor (floor.ts). */
   floor?: { paced: SubRunFigure; burst: SubRunFigure };
   /** Project ÷ floor: CPU, SQS calls and round trips per cleanup (burst), cleanups/s, lock hold p99 (paced). */
@@ -319,15 +325,35 @@ export async function runE2eScenario(context: E2eContext): Promise<E2eReport> {
         log(
           `  e2e delete ${deleteLatencyMs} ms paced: latency p50 ${paced.latencyMs.p50} ms, overhead p50 ${paced.overheadMs.p50} / p99 ${paced.overheadMs.p99} ms`,
         );
-        const burst = await subRun({ kind: 'burst', runs: profile.burstRuns, deleteLatencyMs });
-        log(`  e2e delete ${deleteLatencyMs} ms burst: ${burst.cleanupsPerSecond} cleanups/s`);
         const floorPaced = await floorRun({
           kind: 'paced',
           runs: profile.pacedRuns,
           perSecond: profile.pacedPerSecond,
           deleteLatencyMs,
         });
-        const floorBurst = await floorRun({ kind: 'burst', runs: profile.burstRuns, deleteLatencyMs });
+        // Bursts interleaved, the order alternating, so that neither design always runs on the
+        // warmer (or the more fragmented) process; the median of each stands for it.
+        const projectBursts: SubRunFigure[] = [];
+        const floorBursts: SubRunFigure[] = [];
+        const burstOf = { kind: 'burst', runs: profile.burstRuns, deleteLatencyMs } as const;
+        for (let repeat = 0; repeat < (profile.burstRepeats ?? 1); repeat += 1) {
+          if (repeat % 2 === 0) {
+            projectBursts.push(await subRun(burstOf));
+            floorBursts.push(await floorRun(burstOf));
+          } else {
+            floorBursts.push(await floorRun(burstOf));
+            projectBursts.push(await subRun(burstOf));
+          }
+        }
+        const burst = medianBurst(projectBursts);
+        const floorBurst = medianBurst(floorBursts);
+        const burstRepeats = {
+          project: projectBursts.map((figure) => figure.cleanupsPerSecond),
+          floor: floorBursts.map((figure) => figure.cleanupsPerSecond),
+        };
+        log(
+          `  e2e delete ${deleteLatencyMs} ms bursts, cleanups/s: project ${burstRepeats.project.join(' ')} (median ${burst.cleanupsPerSecond}), floor ${burstRepeats.floor.join(' ')} (median ${floorBurst.cleanupsPerSecond})`,
+        );
         const ratios = floorRatios({ paced, burst }, { paced: floorPaced, burst: floorBurst });
         log(
           `  e2e delete ${deleteLatencyMs} ms floor: ${floorBurst.cleanupsPerSecond} cleanups/s; project ÷ floor: CPU ×${ratios.cpuPerCleanup}, SQS calls ×${ratios.sqsCallsPerCleanup}, round trips ×${ratios.dbRoundTripsPerCleanup}, cleanups/s ×${ratios.burstCleanupsPerSecond}, lock hold p99 ×${ratios.lockHoldP99}`,
@@ -337,6 +363,7 @@ export async function runE2eScenario(context: E2eContext): Promise<E2eReport> {
           valid: true,
           paced: { ...paced, perSecond: profile.pacedPerSecond },
           burst,
+          burstRepeats,
           floor: { paced: floorPaced, burst: floorBurst },
           ratios,
         });

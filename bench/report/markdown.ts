@@ -3,7 +3,7 @@
  * benchmark prints at the end); and the README's benchmark section (`renderReadmeSection`), which
  * a published run writes between the README's `bench:begin` and `bench:end` markers.
  */
-import type { E2eReport, MemoryRun, SubRunFigure } from '../e2e/scenario.ts';
+import type { E2eFigure, E2eReport, MemoryRun, SubRunFigure } from '../e2e/scenario.ts';
 import { Design } from '../locks/scenario.ts';
 import type { MemorySample } from '../support/memory.ts';
 import type { Summary } from '../support/stats.ts';
@@ -21,6 +21,14 @@ function fmt(value: number | undefined): string {
 }
 
 const times = (value: number | undefined) => (value === undefined ? '—' : `×${fmt(value)}`);
+
+/** The range of cleanups/s over a figure's repeated bursts, e.g. " (5 each: 120–150 vs 160–205)". */
+function burstSpread(figure: E2eFigure): string {
+  const repeats = figure.burstRepeats;
+  if (!repeats || repeats.project.length < 2) return '';
+  const range = (values: number[]) => `${fmt(Math.min(...values))}–${fmt(Math.max(...values))}`;
+  return ` (${repeats.project.length} each: ${range(repeats.project)} vs ${range(repeats.floor)})`;
+}
 
 /** How the floor's hops were driven: the stack's batch sizes since they are recorded, batches of 10 before. */
 function floorSettings(e2e: E2eReport): string {
@@ -181,7 +189,7 @@ export function renderMarkdown(results: BenchResults, sourceFile: string): strin
           `| ${f.deleteLatencyMs} ms | ${fmt(burst.cpuMsPerCleanup)} vs ${fmt(floor.burst.cpuMsPerCleanup)} **${x(ratios.cpuPerCleanup)}** | ` +
             `${fmt(paced.perCleanup.allSqsCalls)} vs ${fmt(floor.paced.perCleanup.allSqsCalls)} **${x(ratios.sqsCallsPerCleanup)}** | ` +
             `${fmt(paced.perCleanup.dbRoundTrips)} vs ${fmt(floor.paced.perCleanup.dbRoundTrips)} **${x(ratios.dbRoundTripsPerCleanup)}** | ` +
-            `${fmt(burst.cleanupsPerSecond)} vs ${fmt(floor.burst.cleanupsPerSecond)} **${x(ratios.burstCleanupsPerSecond)}** | ` +
+            `${fmt(burst.cleanupsPerSecond)} vs ${fmt(floor.burst.cleanupsPerSecond)} **${x(ratios.burstCleanupsPerSecond)}**${burstSpread(f)} | ` +
             (paced.serverLockHoldMs && floor.paced.serverLockHoldMs
               ? `${fmt(paced.serverLockHoldMs.p99)} vs ${fmt(floor.paced.serverLockHoldMs.p99)} **${x(ratios.lockHoldP99)}** (client ${fmt(paced.lockHoldMs.p99)} vs ${fmt(floor.paced.lockHoldMs.p99)}) | `
               : `${fmt(paced.lockHoldMs.p99)} vs ${fmt(floor.paced.lockHoldMs.p99)} **${x(ratios.lockHoldP99)}** | `) +
@@ -190,7 +198,8 @@ export function renderMarkdown(results: BenchResults, sourceFile: string): strin
       }
       lines.push(
         '',
-        'Scope turnaround: from the announcement of a finished run to the next run of the same scope admitted by the platform (scope lock, `runtime_cleanup_blocked`) on receipt of its runtime-cleaned event. Lock hold on the server: each one-round-trip transaction’s hold on the server’s clock, from the decision taking the scope’s advisory lock (noted by the decision function, migration 010) to just after its COMMIT, read by statements in the same message; no wait for the lock is in it. The client’s round trip adds the trip back and this process’s event-loop delay in hearing of it, after the locks are gone.',
+        'Bursts: where several ran per design (interleaved, the order alternating), the figures are the median burst’s, and the range of all is given beside. ' +
+          'Scope turnaround: from the announcement of a finished run to the next run of the same scope admitted by the platform (scope lock, `runtime_cleanup_blocked`) on receipt of its runtime-cleaned event. Lock hold on the server: each one-round-trip transaction’s hold on the server’s clock, from the decision taking the scope’s advisory lock (noted by the decision function, migration 010) to just after its COMMIT, read by statements in the same message; no wait for the lock is in it. The client’s round trip adds the trip back and this process’s event-loop delay in hearing of it, after the locks are gone.',
       );
     }
     if (e2e.memory) lines.push('', ...memoryLines(e2e.memory));

@@ -29,7 +29,7 @@ import { ratio } from './support/stats.ts';
 import { startWindowProfiler } from './support/window-profiler.ts';
 
 const USAGE = `usage: npm run bench [-- --quick] [-- --publish] [-- --only locks|e2e|scale] [-- --sqs-process] [-- --concurrency …] [-- --render FILE]
-  --quick         smoke check (under two minutes, few samples); the full run takes about six and a half minutes on 2 cores
+  --quick         smoke check (under two minutes, few samples); the full run takes about eight minutes on 2 cores
   --publish       also write latest.json, machine.json, the chart and README-table.md (default for a full run)
   --only          run one part only (never publishes); scale runs even in --quick
   --render        measure nothing: rewrite the chart and README-table.md from a results JSON

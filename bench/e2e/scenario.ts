@@ -58,7 +58,7 @@ export interface E2eProfile {
   pacedRuns: number;
   pacedPerSecond: number;
   burstRuns: number;
-  /** Bursts per design and delete latency, interleaved; the median one is reported (absent: 1). */
+  /** Bursts per design and delete latency, interleaved; the median one is reported (odd; absent: 1). */
   burstRepeats?: number;
   /** Cleanups of the memory run at delete latency 0: bursts of `burstRuns`, one after the other. */
   memoryCleanups: number;
@@ -125,7 +125,13 @@ export interface E2eFigure {
   /** The median burst (by cleanups/s) of `burstRepeats`. */
   burst?: SubRunFigure;
   /** Cleanups/s of every burst, project's and floor's, in the order they ran (absent in older results). */
-  burstRepeats?: { project: number[]; floor: number[] };
+  burstRepeats?: {
+    project: number[];
+    floor: number[];
+    /** CPU per cleanup of every burst, in the same order (the ratio uses the median bursts'). */
+    projectCpuMsPerCleanup?: number[];
+    floorCpuMsPerCleanup?: number[];
+  };
   /** The same sub-runs through the floor (floor.ts). */
   floor?: { paced: SubRunFigure; burst: SubRunFigure };
   /** Project ÷ floor: CPU, SQS calls and round trips per cleanup (burst), cleanups/s, lock hold p99 (paced). */
@@ -335,8 +341,14 @@ export async function runE2eScenario(context: E2eContext): Promise<E2eReport> {
         // warmer (or the more fragmented) process; the median of each stands for it.
         const projectBursts: SubRunFigure[] = [];
         const floorBursts: SubRunFigure[] = [];
-        const burstOf = { kind: 'burst', runs: profile.burstRuns, deleteLatencyMs } as const;
-        for (let repeat = 0; repeat < (profile.burstRepeats ?? 1); repeat += 1) {
+        const repeats = profile.burstRepeats ?? 1;
+        for (let repeat = 0; repeat < repeats; repeat += 1) {
+          const burstOf = {
+            kind: 'burst',
+            runs: profile.burstRuns,
+            deleteLatencyMs,
+            tag: `${repeat + 1}-of-${repeats}`,
+          } as const;
           if (repeat % 2 === 0) {
             projectBursts.push(await subRun(burstOf));
             floorBursts.push(await floorRun(burstOf));
@@ -350,6 +362,8 @@ export async function runE2eScenario(context: E2eContext): Promise<E2eReport> {
         const burstRepeats = {
           project: projectBursts.map((figure) => figure.cleanupsPerSecond),
           floor: floorBursts.map((figure) => figure.cleanupsPerSecond),
+          projectCpuMsPerCleanup: projectBursts.map((figure) => figure.cpuMsPerCleanup),
+          floorCpuMsPerCleanup: floorBursts.map((figure) => figure.cpuMsPerCleanup),
         };
         log(
           `  e2e delete ${deleteLatencyMs} ms bursts, cleanups/s: project ${burstRepeats.project.join(' ')} (median ${burst.cleanupsPerSecond}), floor ${burstRepeats.floor.join(' ')} (median ${floorBurst.cleanupsPerSecond})`,
@@ -435,7 +449,13 @@ interface SubRunParts {
 
 type SubRunRequest =
   | { kind: 'paced'; runs: number; perSecond: number; deleteLatencyMs: number }
-  | { kind: 'burst'; runs: number; deleteLatencyMs: number };
+  | {
+      kind: 'burst';
+      runs: number;
+      deleteLatencyMs: number;
+      /** Names this burst's CPU profile (`--cpu-prof`), so that repeated bursts do not overwrite each other. */
+      tag: string;
+    };
 
 type SubRun = (request: SubRunRequest) => Promise<SubRunFigure>;
 
@@ -522,7 +542,7 @@ function buildSubRun(parts: SubRunParts): SubRun {
       };
       if (parts.profiler && request.kind === 'burst') {
         await parts.profiler.around(
-          `${parts.label}-burst-${request.deleteLatencyMs}ms-${runs.length}`,
+          `${parts.label}-burst-${request.deleteLatencyMs}ms-${runs.length}-${request.tag}`,
           measured,
         );
       } else {
@@ -639,7 +659,12 @@ async function memoryRun(subRun: SubRun, profile: E2eProfile): Promise<MemoryRun
   let heapPeak = start.heapUsed / 2 ** 20;
   const perWave: MemoryWave[] = [];
   for (let wave = 0; wave < waves; wave += 1) {
-    const figure = await subRun({ kind: 'burst', runs: profile.burstRuns, deleteLatencyMs: 0 });
+    const figure = await subRun({
+      kind: 'burst',
+      runs: profile.burstRuns,
+      deleteLatencyMs: 0,
+      tag: `memory-${wave + 1}`,
+    });
     const sampled = figure.cpu.memoryMiB;
     rssPeak = Math.max(rssPeak, sampled?.rssPeak ?? 0);
     heapPeak = Math.max(heapPeak, sampled?.heapUsedPeak ?? 0);

@@ -161,7 +161,6 @@ export async function judgeFinalHistory(input: {
   const replies = checkProvisionerReplies({
     releaseDeadLetters,
     deletes: history.deletes,
-    retryAfterAsked: input.production.retryAfterAsked,
     retryCapMs: input.retryCapMs,
   });
   const judged: JudgedElsewhere[] = [

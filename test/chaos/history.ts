@@ -40,6 +40,7 @@ export function buildHistory(input: {
       status: entry.status,
       outcome: entry.outcome,
       fault: entry.fault,
+      retryAfterAskedMs: entry.retryAfterAskedMs,
       startedAt: entry.startedAt,
       endedAt: entry.endedAt,
       deletedGeneration: entry.deletedGeneration,

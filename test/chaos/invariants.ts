@@ -57,6 +57,8 @@ export interface DeleteRequest {
   status: number | undefined;
   outcome: string;
   fault: string | undefined;
+  /** How long a 429's Retry-After asked the client to wait, as the provisioner computed it. */
+  retryAfterAskedMs?: number | undefined;
   startedAt: number;
   endedAt: number | undefined;
   deletedGeneration: number | undefined;

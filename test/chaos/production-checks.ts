@@ -8,7 +8,10 @@
  * R  The provisioner's retryable and "gone" replies are honoured: a release is never dead-lettered
  *    as rejected (PROVISIONER_REJECTED) unless the provisioner really answered its sandbox with a
  *    non-retryable 4xx (not 404, 408, 409, 410 or 429); after a 429 with Retry-After, the next
- *    DELETE of that sandbox waits at least what was asked, within the retry cap.
+ *    DELETE of that sandbox waits at least what that answer asked (as the provisioner recorded
+ *    it), within the retry cap. A scope's runs share its sandbox id, so the ask is the answer's
+ *    own, never one remembered for the sandbox: an earlier version judged a 1 s ask by a later
+ *    run's 2 s one and reported a violation that was none.
  */
 import type { Message } from '@aws-sdk/client-sqs';
 import { type DeleteRequest, Invariant, type Violation } from './invariants.ts';
@@ -91,7 +94,6 @@ const NOT_REJECTIONS = new Set([404, 408, 409, 410, 429]);
 export function checkProvisionerReplies(input: {
   releaseDeadLetters: readonly DeadLetterFacts[];
   deletes: readonly DeleteRequest[];
-  retryAfterAsked: ReadonlyMap<string, number>;
   retryCapMs: number;
   /** Time a retry may come early by the two clocks and timers involved. */
   toleranceMs?: number;
@@ -122,22 +124,28 @@ export function checkProvisionerReplies(input: {
       details: { sandboxId, answers, sourceMessageId: letter.sourceMessageId },
     });
   }
-  for (const [sandboxId, seconds] of input.retryAfterAsked) {
-    const requests = [...(bySandbox.get(sandboxId) ?? [])].sort((a, b) => a.startedAt - b.startedAt);
-    for (const [index, request] of requests.entries()) {
-      if (request.status !== 429 || !request.fault?.includes('retry-after') || request.endedAt === undefined)
-        continue;
-      const next = requests[index + 1];
+  for (const [sandboxId, requests] of bySandbox) {
+    const inOrder = [...requests].sort((a, b) => a.startedAt - b.startedAt);
+    for (const [index, request] of inOrder.entries()) {
+      const askedMs = request.retryAfterAskedMs;
+      if (request.status !== 429 || askedMs === undefined || request.endedAt === undefined) continue;
+      const next = inOrder[index + 1];
       if (!next) continue;
       checked += 1;
-      const waitMs = Math.min(seconds * 1000, input.retryCapMs);
+      const owedMs = Math.min(askedMs, input.retryCapMs);
       const waitedMs = next.startedAt - request.endedAt;
-      if (waitedMs >= waitMs - tolerance) continue;
+      if (waitedMs >= owedMs - tolerance) continue;
       violations.push({
         invariant: Invariant.PROVISIONER_REPLIES_HONOURED,
         key: `R:retry-after:${request.seq}`,
-        message: `DELETE ${sandboxId} was retried ${Math.round(waitedMs)} ms after a 429 that asked for ${seconds} s (cap ${input.retryCapMs} ms)`,
-        details: { sandboxId, seconds, waitedMs: Math.round(waitedMs), first: request.seq, next: next.seq },
+        message: `DELETE ${sandboxId} was retried ${Math.round(waitedMs)} ms after a 429 that asked for ${Math.round(askedMs)} ms (cap ${input.retryCapMs} ms)`,
+        details: {
+          sandboxId,
+          askedMs: Math.round(askedMs),
+          waitedMs: Math.round(waitedMs),
+          first: { seq: request.seq, generation: request.generation, fault: request.fault },
+          next: { seq: next.seq, generation: next.generation, status: next.status, fault: next.fault },
+        },
       });
     }
   }

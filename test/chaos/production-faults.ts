@@ -38,14 +38,12 @@ export interface ProductionFaultState {
   decoys: Set<string>;
   /** Forged release commands by message id, with the refusal each must meet. */
   forged: Map<string, ForgedExpectation>;
-  /** The Retry-After (seconds) asked on each sandbox's 429s. */
-  retryAfterAsked: Map<string, number>;
   /** Each forced clear attempted during an in-flight release, and what became of it. */
   forceClears: ForceClearAttempt[];
 }
 
 export function newProductionFaultState(): ProductionFaultState {
-  return { decoys: new Set(), forged: new Map(), retryAfterAsked: new Map(), forceClears: [] };
+  return { decoys: new Set(), forged: new Map(), forceClears: [] };
 }
 
 export interface ForgedExpectation {

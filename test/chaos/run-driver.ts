@@ -152,9 +152,6 @@ export async function playRun(
   for (const kind of plan.provisionerKinds) {
     const fault = provisionerFault(kind, rng, ctx.timeouts, root.generation);
     provisioner.setFault(root.sandboxId, fault);
-    if ('retryAfter' in fault && typeof fault.retryAfter === 'object') {
-      ctx.production.state.retryAfterAsked.set(root.sandboxId, fault.retryAfter.seconds);
-    }
     note(kind);
   }
   for (const run of roots) {

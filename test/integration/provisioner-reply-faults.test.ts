@@ -50,7 +50,11 @@ describe('status faults with a Retry-After', () => {
     expect(reply.status).toBe(429);
     expect(reply.headers['retry-after']).toBe('7');
     expect(provisioner.sandbox('sbx-429')?.alive).toBe(true);
-    expect(provisioner.audit().at(-1)?.fault).toBe('status:429+retry-after');
+    const entry = provisioner.audit().at(-1);
+    expect(entry?.fault).toBe('status:429+retry-after');
+    // What a retry is judged by (chaos invariant R): the answer's own ask.
+    expect(entry?.retryAfter).toBe('7');
+    expect(entry?.retryAfterAskedMs).toBe(7_000);
   });
 
   it('send an IMF-fixdate at least the given seconds after the moment of the answer', async () => {
@@ -65,6 +69,13 @@ describe('status faults with a Retry-After', () => {
     const date = parseHttpDate(header)!;
     expect(date).toBeGreaterThanOrEqual(before + 30_000);
     expect(date).toBeLessThanOrEqual(Date.now() + 31_000);
+    // The ask recorded is the time left until that date, as the date was written.
+    const entry = provisioner.audit().at(-1)!;
+    expect(entry.retryAfter).toBe(header);
+    expect(entry.retryAfterAskedMs).toBeGreaterThanOrEqual(30_000);
+    expect(entry.retryAfterAskedMs).toBeLessThanOrEqual(31_000);
+    expect(date - entry.retryAfterAskedMs!).toBeGreaterThanOrEqual(before);
+    expect(date - entry.retryAfterAskedMs!).toBeLessThanOrEqual(Date.now());
   });
 
   it('send a raw (hostile) value as it is', async () => {
@@ -72,6 +83,8 @@ describe('status faults with a Retry-After', () => {
     provisioner.setFault('sbx-raw', { status: 429, retryAfter: 'after lunch' });
 
     expect((await remove('sbx-raw', generation)).headers['retry-after']).toBe('after lunch');
+    // Its meaning is unknown, so no ask is recorded for it.
+    expect(provisioner.audit().at(-1)?.retryAfterAskedMs).toBeUndefined();
   });
 });
 

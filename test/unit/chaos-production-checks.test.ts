@@ -303,7 +303,6 @@ describe('the provisioner replies of contract v1.1 §3 are honoured (invariant R
       const result = checkProvisionerReplies({
         releaseDeadLetters: [rejected],
         deletes: [del({ startedAt: 0, status, deletedGeneration: undefined })],
-        retryAfterAsked: new Map(),
         retryCapMs: 2_000,
       });
       expect(
@@ -317,24 +316,53 @@ describe('the provisioner replies of contract v1.1 §3 are honoured (invariant R
     const result = checkProvisionerReplies({
       releaseDeadLetters: [rejected],
       deletes: [del({ startedAt: 0, status: 422, deletedGeneration: undefined })],
-      retryAfterAsked: new Map(),
       retryCapMs: 2_000,
     });
     expect(result).toEqual({ violations: [], checked: 1 });
   });
 
+  const throttled = (askedMs: number, at = 0) =>
+    del({
+      startedAt: at,
+      endedAt: at + 10,
+      status: 429,
+      fault: 'status:429+retry-after',
+      retryAfterAskedMs: askedMs,
+    });
+  const retryFlags = (deletes: DeleteRequest[]) =>
+    checkProvisionerReplies({ releaseDeadLetters: [], deletes, retryCapMs: 2_000 }).violations;
+
   it('flags a retry sooner than a 429 asked, within the cap', () => {
-    const throttled = del({ startedAt: 0, endedAt: 10, status: 429, fault: 'status:429+retry-after' });
-    const check = (nextAtMs: number, seconds: number) =>
-      checkProvisionerReplies({
-        releaseDeadLetters: [],
-        deletes: [throttled, del({ startedAt: nextAtMs })],
-        retryAfterAsked: new Map([[SANDBOX, seconds]]),
-        retryCapMs: 2_000,
-      }).violations.length;
-    expect(check(400, 1)).toBe(1);
-    expect(check(1_010, 1)).toBe(0);
+    const check = (nextAtMs: number, askedMs: number) =>
+      retryFlags([throttled(askedMs), del({ startedAt: nextAtMs })]).length;
+    expect(check(400, 1_000)).toBe(1);
+    expect(check(1_010, 1_000)).toBe(0);
+    // An HTTP-date asks for what is left until that date, not a whole number of seconds.
+    expect(check(1_250, 1_300)).toBe(0);
+    expect(check(1_000, 1_300)).toBe(1);
     // Asked for more than the cap: the cap is what is owed.
-    expect(check(2_010, 5)).toBe(0);
+    expect(check(2_010, 5_000)).toBe(0);
+    expect(check(1_500, 5_000)).toBe(1);
+  });
+
+  it('judges each 429 by what that answer asked, when a later run of the scope asked for more', () => {
+    // A scope's runs share its sandbox id: run 1's 429 asked 1 s and was retried after 1.07 s;
+    // run 2's, much later, asked 2 s. Judging run 1's retry by run 2's ask was the false report
+    // of the 2026-11-30 chaos run.
+    const deletes = [
+      throttled(1_000, 0),
+      del({ startedAt: 1_080 }),
+      throttled(2_000, 30_000),
+      del({ startedAt: 32_020, generation: 2, deletedGeneration: 2 }),
+    ];
+    expect(retryFlags(deletes)).toEqual([]);
+    const early = retryFlags([...deletes.slice(0, 3), del({ startedAt: 31_080, generation: 2 })]);
+    expect(early.map((violation) => violation.key)).toEqual([`R:retry-after:${deletes[2]!.seq}`]);
+    expect(early[0]!.message).toContain('asked for 2000 ms');
+  });
+
+  it('does not judge a retry after a Retry-After whose meaning is unknown (a raw header)', () => {
+    const raw = del({ startedAt: 0, endedAt: 10, status: 429, fault: 'status:429+retry-after' });
+    expect(retryFlags([raw, del({ startedAt: 20 })])).toEqual([]);
   });
 });

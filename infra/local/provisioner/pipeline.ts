@@ -132,8 +132,13 @@ export function createApiPipeline(deps: PipelineDependencies) {
       }
       case 'status': {
         const { status, body, contentType, retryAfter } = decision.action;
-        const headers: Record<string, string> =
-          retryAfter === undefined ? {} : { 'retry-after': retryAfterHeader(retryAfter) };
+        const headers: Record<string, string> = {};
+        if (retryAfter !== undefined) {
+          const asked = retryAfterHeader(retryAfter);
+          headers['retry-after'] = asked.value;
+          api.entry.retryAfter = asked.value;
+          if (asked.askedMs !== undefined) api.entry.retryAfterAskedMs = asked.askedMs;
+        }
         if (body === undefined && contentType === undefined) {
           sendJson(response, status, { error: `injected fault: status ${status}` }, headers);
         } else {
@@ -197,11 +202,19 @@ export function createApiPipeline(deps: PipelineDependencies) {
   return { serve };
 }
 
-/** The header value of a Retry-After fault; an HTTP-date is computed at the moment of the answer. */
-function retryAfterHeader(retryAfter: RetryAfterFault): string {
-  if (typeof retryAfter === 'string') return retryAfter;
-  if (retryAfter.as === 'delta-seconds') return String(retryAfter.seconds);
+/**
+ * The header value of a Retry-After fault, and how long it asks the client to wait from the
+ * answer (not known for a raw value, which may be anything). An HTTP-date is computed at the
+ * moment of the answer.
+ */
+function retryAfterHeader(retryAfter: RetryAfterFault): { value: string; askedMs?: number } {
+  if (typeof retryAfter === 'string') return { value: retryAfter };
+  if (retryAfter.as === 'delta-seconds') {
+    return { value: String(retryAfter.seconds), askedMs: retryAfter.seconds * 1000 };
+  }
   // toUTCString() writes IMF-fixdate, the preferred HTTP-date form. It drops the milliseconds, so
   // round up to the next whole second: the date must not ask for less than `seconds`.
-  return new Date(Math.ceil(Date.now() / 1000) * 1000 + retryAfter.seconds * 1000).toUTCString();
+  const now = Date.now();
+  const until = Math.ceil(now / 1000) * 1000 + retryAfter.seconds * 1000;
+  return { value: new Date(until).toUTCString(), askedMs: until - now };
 }

@@ -78,6 +78,13 @@ export interface AuditEntry {
   outcome: AuditOutcome;
   /** Which fault, if any, was applied: `latency`, `hang`, `status:503`, `reset`, … */
   fault?: string;
+  /** The Retry-After header sent with a faulted status, as sent. */
+  retryAfter?: string;
+  /**
+   * How long that Retry-After asked the client to wait, in milliseconds from the answer: what a
+   * retry is judged by (absent for a raw header value, which may mean anything or nothing).
+   */
+  retryAfterAskedMs?: number;
   /** Milliseconds since the epoch with sub-millisecond precision (for durations). */
   readonly startedAt: number;
   endedAt?: number;

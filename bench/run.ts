@@ -29,7 +29,7 @@ import { ratio } from './support/stats.ts';
 import { startWindowProfiler } from './support/window-profiler.ts';
 
 const USAGE = `usage: npm run bench [-- --quick] [-- --publish] [-- --only locks|e2e|scale] [-- --sqs-process] [-- --concurrency …] [-- --render FILE]
-  --quick         smoke check (under two minutes, few samples); the full run takes about eight minutes on 2 cores
+  --quick         smoke check (under two minutes, few samples); the full run takes about ten minutes on 2 cores
   --publish       also write latest.json, machine.json, the chart and README-table.md (default for a full run)
   --only          run one part only (never publishes); scale runs even in --quick
   --render        measure nothing: rewrite the chart and README-table.md from a results JSON
@@ -60,6 +60,8 @@ const MODEL = {
     'Lease-renewal and recovery latencies are measured from when the operation was due (open loop), and operations that fell due while a worker was blocked are recorded as waiting until it was free (coordinated-omission correction, as HdrHistogram does). Service times (send → completion) are in the JSON too.',
   lockHold:
     'Split: each phase is one message (BEGIN, the decision function, COMMIT), so the hold is at most that message’s round trip on its connection, timed by the adapter (Database.transact’s observeRoundTrip; a wait for a pool slot is not in it). Baseline: from the moment the lock statement (pg_advisory_xact_lock / SELECT … FOR UPDATE) returned to the client to the moment COMMIT returned. Both through a Database wrapper (bench/support/lock-hold.ts); one sample per cleanup transaction (split: fence check and finalize). Split, on the server (the `serverHoldMs` and `serverLockHoldMs` fields; older results lack them): each decision function notes when it took the scope’s advisory lock (migration 010, runtime_cleanup.lock_taken_at), and the same message reads that before its COMMIT and clock_timestamp() after it: the hold on the server’s clock, from the lock taken to the locks released, without any wait for the lock, the trip back or this process’s event-loop delay (serverMessageMs beside it is the server’s time on the whole message, waits included). The lock-hold targets are judged on it.',
+  lockFloor:
+    'Part 1’s floor row (floor-deployed-pool): the same 32 cleanups, pool 5 and contention load as the deployed split row, with the floor’s two one-trip transactions (bench/support/floor-transactions.ts: scope lock, run row FOR UPDATE, sandbox read; then the same locks, fence cleared, generation marked released; none of the checks a correct cleanup makes) around one DELETE, their hold noted on the server as the decision functions note theirs. A lower reference for the split’s hold, not a bound. Every part-1 figure runs one unmeasured round first on its own fresh pool (PL/pgSQL plans a statement at its first run on a connection, under the lock).',
   floor:
     'The floor (bench/e2e/floor.ts), in the same run and stack as part 2: three hops through the same SQS emulator, each one SendMessage, one receive and one delete (the same emulated event source mapping, with the stack’s batch size and pollers per queue); two one-round-trip transactions through the same driver and bridge; one HTTP DELETE to the same provisioner; no logic. Ratios are project ÷ floor.',
   scale:
@@ -89,7 +91,9 @@ async function runLocks(
   const variants = lockVariants(profile.locks.scopes);
   const figures: LockFigure[] = [];
   try {
-    log('part 1: lock hold and contention (one warm-up round per design first, not reported)');
+    log(
+      'part 1: lock hold and contention (one warm-up round per design first, and one unmeasured round per figure, not reported)',
+    );
     for (const variant of variants.filter(
       (v) => v.id === VariantId.SPLIT_SAME_POOL || v.id === VariantId.BASELINE,
     )) {

@@ -26,43 +26,13 @@ import { Agent, request } from 'undici';
 import type { Database, RoundTripTiming } from '../../functions/adapters/database.ts';
 import { createSqsClient } from '../../functions/adapters/queues.ts';
 import { createEventSource, type EventSource } from '../../infra/local/event-source.ts';
+import { type FloorTarget, floorCheck, floorClear } from '../support/floor-transactions.ts';
 import { countSqsCalls } from './sqs-call-counter.ts';
-
-/** Phase 1 of the floor: scope lock, row lock, the sandbox to delete. */
-const FLOOR_CHECK = `
-  SELECT r.uid, r.runtime_scope_id, s.sandbox_id, s.generation::text AS generation
-  FROM agent_runs r
-  JOIN sandbox_runtimes s ON s.uid = r.uid AND s.runtime_scope_id = r.runtime_scope_id
-  CROSS JOIN LATERAL (
-    SELECT pg_advisory_xact_lock(runtime_cleanup_lock_key(r.uid, r.runtime_scope_id)), runtime_cleanup_note_lock_taken()
-  ) AS locked
-  WHERE r.id = $1::text
-  FOR UPDATE OF r`;
-
-/** Phase 3 of the floor: the same locks, the fence cleared, the generation marked released. */
-const FLOOR_CLEAR = `
-  WITH locked AS (
-    SELECT pg_advisory_xact_lock(runtime_cleanup_lock_key($2::text, $3::text)), runtime_cleanup_note_lock_taken()
-  ),
-  run AS (
-    UPDATE agent_runs SET runtime_cleanup_pending = false, updated_at = now()
-    FROM locked WHERE id = $1::text RETURNING id
-  )
-  UPDATE sandbox_runtimes
-  SET released_at = now(), released_sandbox_id = sandbox_id, released_generation = generation
-  FROM run
-  WHERE uid = $2::text AND runtime_scope_id = $3::text AND sandbox_id = $4::text AND generation = $5::bigint`;
 
 /** One one-trip transaction's round trip as the client saw it, and its lock hold on the server. */
 export type LockHold = RoundTripTiming;
 
-interface Hop {
-  runId: string;
-  uid?: string;
-  runtimeScopeId?: string;
-  sandboxId?: string;
-  generation?: string;
-}
+type Hop = { runId: string } | FloorTarget;
 
 export interface Floor {
   /** Where the benchmark announces a finished run (`{"runId": …}`). */
@@ -119,46 +89,30 @@ export async function startFloor(options: {
     [
       first,
       each(async ({ runId }) => {
-        const { rows } = await db.transact<{
-          uid: string;
-          runtime_scope_id: string;
-          sandbox_id: string;
-          generation: string;
-        }>(FLOOR_CHECK, [runId], observe);
-        const row = rows[0]!;
-        await send(second.url, {
-          runId,
-          uid: row.uid,
-          runtimeScopeId: row.runtime_scope_id,
-          sandboxId: row.sandbox_id,
-          generation: row.generation,
-        });
+        await send(second.url, await floorCheck(db, runId, observe));
       }),
       options.concurrency[0],
     ],
     [
       second,
       each(async (hop) => {
+        const target = hop as FloorTarget;
         const response = await request(
           new URL(
-            `/api/sandboxes/${encodeURIComponent(hop.sandboxId!)}?generation=${hop.generation}`,
+            `/api/sandboxes/${encodeURIComponent(target.sandboxId)}?generation=${target.generation}`,
             options.provisionerUrl,
           ),
           { method: 'DELETE', dispatcher: http },
         );
         await response.body.dump();
-        await send(third.url, hop);
+        await send(third.url, target);
       }),
       options.concurrency[1],
     ],
     [
       third,
       each(async (hop) => {
-        await db.transact(
-          FLOOR_CLEAR,
-          [hop.runId, hop.uid, hop.runtimeScopeId, hop.sandboxId, hop.generation],
-          observe,
-        );
+        await floorClear(db, hop as FloorTarget, observe);
         await send(done.url, { runId: hop.runId });
       }),
       options.concurrency[2],

@@ -35,6 +35,7 @@ import {
   type ProcessReport,
   startCpuProbe,
 } from '../support/cpu.ts';
+import { floorCheck, floorClear } from '../support/floor-transactions.ts';
 import { limitInFlight } from '../support/in-flight-limit.ts';
 import { type LockHoldSample, withLockHoldProbe } from '../support/lock-hold.ts';
 import { PRODUCTION_LOCK_TIMEOUT_MS, warmPool } from '../support/pools.ts';
@@ -44,7 +45,11 @@ import { type Summary, summarize } from '../support/stats.ts';
 import type { LoadResult } from './contention-load.ts';
 import { startLoadProcess } from './load-process.ts';
 
-export const Design = { SPLIT: 'split', BASELINE: 'baseline' } as const;
+/**
+ * `floor`: no logic (issue 15), the lock-hold yardstick measured under the same load: the floor's
+ * two one-trip transactions (`bench/support/floor-transactions.ts`) around one DELETE.
+ */
+export const Design = { SPLIT: 'split', BASELINE: 'baseline', FLOOR: 'floor' } as const;
 export type Design = (typeof Design)[keyof typeof Design];
 
 /**
@@ -71,6 +76,7 @@ export const VariantId = {
   SPLIT_SAME_POOL: 'split',
   BASELINE: 'baseline',
   SPLIT_ONE_INSTANCE: 'split-one-instance',
+  FLOOR_DEPLOYED_POOL: 'floor-deployed-pool',
 } as const;
 
 /** The deployed functions' pool size (functions/adapters/dependencies.ts). */
@@ -86,6 +92,14 @@ export function lockVariants(scopes: number): LockVariant[] {
       design: Design.SPLIT,
       connections: DEPLOYED_POOL_CONNECTIONS,
       label: `split, pool ${DEPLOYED_POOL_CONNECTIONS} (as deployed)`,
+    },
+    // The yardstick of the split's server-side hold: the same cleanups, pool and load, with the
+    // floor's transactions (locks taken, row read or written, nothing decided).
+    {
+      id: VariantId.FLOOR_DEPLOYED_POOL,
+      design: Design.FLOOR,
+      connections: DEPLOYED_POOL_CONNECTIONS,
+      label: `floor, pool ${DEPLOYED_POOL_CONNECTIONS} (no logic)`,
     },
     {
       id: VariantId.SPLIT_SAME_POOL,
@@ -136,7 +150,7 @@ export interface LockFigure {
   /** Cleanups / the rounds' cleanup time (preparation excluded). */
   cleanupsPerSecond: number;
   cleanupMs: Summary;
-  /** Every cleanup transaction (split: fence check and finalize; baseline: its one transaction). */
+  /** Every cleanup transaction (split: fence check and finalize; floor: its two; baseline: its one). */
   advisoryHoldMs: Summary;
   rowHoldMs: Summary;
   holdsByPhase: Record<
@@ -151,7 +165,7 @@ export interface LockFigure {
     }
   >;
   /**
-   * Split only (one-trip transactions): the advisory-lock hold on the server's clock, from when
+   * Split and floor (one-trip transactions): the advisory-lock hold on the server's clock, from when
    * the decision took the scope's lock to just after its COMMIT (migration 010), and the server's
    * time on the whole message (lock waits included). Absent in results written before they were
    * measured.
@@ -199,6 +213,11 @@ export async function runLockScenario(
   try {
     const round = await prepareRounds(context, variant, database, closers);
     provisioner.clearFaults();
+    // One unmeasured round on this figure's own pool: PL/pgSQL plans each statement of a decision
+    // function at its first run on a connection, under the locks; plain statements (the floor's)
+    // are planned before the lock. Cold calls would sit in the split's tail and not the floor's.
+    await round();
+    round.holds.length = 0;
     if (deleteLatencyMs > 0) provisioner.setFault('*', { latencyMs: deleteLatencyMs });
     const outcomes: RoundOutcome[] = [];
     for (let index = 0; index < rounds; index += 1) outcomes.push(await round());
@@ -328,6 +347,20 @@ function buildCleanup(
       if (result.outcome !== BaselineOutcome.CLEARED || result.releaseOutcome !== ReleaseOutcome.DELETED) {
         throw new Error(`baseline cleanup ended ${result.outcome}/${result.releaseOutcome ?? 'no delete'}`);
       }
+    };
+  }
+  if (design === Design.FLOOR) {
+    const checkDb = withLockHoldProbe(db, 'floor check', record);
+    const clearDb = withLockHoldProbe(db, 'floor clear', record);
+    return async (runId) => {
+      const target = await floorCheck(checkDb, runId);
+      const deleted = await parts.client.deleteSandbox({
+        sandboxId: target.sandboxId,
+        generation: Number(target.generation),
+        deleteTimeoutMs: parts.config.provisionerDeleteTimeoutSeconds * 1000,
+      });
+      if (deleted !== ReleaseOutcome.DELETED) throw new Error(`floor delete ended ${deleted}`);
+      await floorClear(clearDb, target);
     };
   }
   const fenceDb = withLockHoldProbe(db, 'fence-check', record);

@@ -4,9 +4,9 @@
  * a published run writes between the README's `bench:begin` and `bench:end` markers.
  */
 import type { E2eFigure, E2eReport, MemoryRun, SubRunFigure } from '../e2e/scenario.ts';
-import { Design } from '../locks/scenario.ts';
+import { Design, VariantId } from '../locks/scenario.ts';
 import type { MemorySample } from '../support/memory.ts';
-import type { Summary } from '../support/stats.ts';
+import { ratio, type Summary } from '../support/stats.ts';
 import { type BenchResults, lockFigure } from './results.ts';
 
 const triple = (s: Summary | undefined) =>
@@ -77,6 +77,12 @@ export function renderMarkdown(results: BenchResults, sourceFile: string): strin
         '*Baseline* = the pre-decision design, delete inside the transaction (`bench/baseline/`); it needs a ' +
         'connection per cleanup in flight, so it gets a pool for all of them, and so does one split row; the other ' +
         'split row uses the pool a deployed function has.' +
+        (locks.variants.some((v) => v.design === Design.FLOOR)
+          ? ' The *floor* row is a lower reference for the split’s hold, not a bound: the same cleanups, pool and ' +
+            'contention load, with two one-trip transactions that take the same locks, read the run’s row or clear its ' +
+            'fence, and check nothing a correct cleanup must check (`bench/support/floor-transactions.ts`); one run ' +
+            'each, one after the other, so a p99 of a few hundred holds moves between runs.'
+          : '') +
         (extras.length
           ? ' The *extra* row is not part of the comparison: the same cleanups, but at most ' +
             `${extras[0]!.cleanupsInFlight} in flight (the next starts when one returns), pool ${extras[0]!.connections} — ` +
@@ -97,6 +103,15 @@ export function renderMarkdown(results: BenchResults, sourceFile: string): strin
       compared.forEach((variant, index) => {
         row(variant, index === 0);
       });
+      const floorRow = locks.variants.find((v) => v.design === Design.FLOOR);
+      const deployedRow = locks.variants.find((v) => v.id === VariantId.SPLIT_DEPLOYED_POOL);
+      if (floorRow && deployedRow) {
+        const floorHold = lockFigure(locks.figures, floorRow.id, latency)?.serverHoldMs?.p99;
+        const splitHold = lockFigure(locks.figures, deployedRow.id, latency)?.serverHoldMs?.p99;
+        lines.push(
+          `| | *${deployedRow.label} / ${floorRow.label}* (lock hold on the server, p99) | | | ${times(ratio(splitHold, floorHold))} | | | |`,
+        );
+      }
       for (const r of locks.ratios.filter((r) => r.deleteLatencyMs === latency)) {
         const versus = locks.variants.find((v) => v.id === r.versus)?.label ?? r.versus;
         lines.push(
@@ -109,10 +124,10 @@ export function renderMarkdown(results: BenchResults, sourceFile: string): strin
       lines.push('', `*${f.label} at ${f.deleteLatencyMs} ms: not reported — ${f.error}*`);
     }
     const splitAtZero = locks.figures.filter(
-      (f) => f.valid && f.design === Design.SPLIT && f.deleteLatencyMs === 0,
+      (f) => f.valid && (f.design === Design.SPLIT || f.design === Design.FLOOR) && f.deleteLatencyMs === 0,
     );
     if (splitAtZero.length) {
-      lines.push('', 'What a split lock hold is made of, at delete latency 0:', '');
+      lines.push('', 'What a split (and the floor’s) lock hold is made of, at delete latency 0:', '');
       for (const f of splitAtZero) {
         const phases = Object.entries(f.holdsByPhase)
           .map(

@@ -4,6 +4,7 @@
  */
 import type { MemoryRun } from '../e2e/scenario.ts';
 import { Design, VariantId } from '../locks/scenario.ts';
+import { ratio } from '../support/stats.ts';
 import { type BenchResults, lockFigure, type TargetEvaluation } from './results.ts';
 
 const LEASE_P99_MS = 20;
@@ -212,6 +213,16 @@ export function evaluateTargets(results: Omit<BenchResults, 'targets' | 'valid'>
       const client = (latency: number) => figure(latency)?.advisoryHoldMs.p99;
       const values = latencies.map(at).filter((v): v is number => v !== undefined);
       const spread = values.length ? Math.round((Math.max(...values) - Math.min(...values)) * 100) / 100 : 0;
+      // The yardstick under the same load: what no logic at all holds the lock for on this machine.
+      const floor = locks.variants.find((v) => v.design === Design.FLOOR);
+      const floorAt = (latency: number) =>
+        floor ? lockFigure(locks.figures, floor.id, latency)?.serverHoldMs?.p99 : undefined;
+      // Server hold over server hold, whatever `at` fell back to: a client round trip over a server
+      // hold would price the trip back and this process's event loop as the split's.
+      const splitOnServer = (latency: number) => figure(latency)?.serverHoldMs?.p99;
+      const floorDetail = floor
+        ? `; ${floor.label}, same load, on the server p99 ${latencies.map((l) => `${l}: ${floorAt(l) ?? '—'}`).join(', ')} (split ÷ floor ${latencies.map((l) => `${l}: ${ratio(splitOnServer(l), floorAt(l)) ?? '—'}`).join(', ')})`
+        : '';
       evaluations.push(
         below(
           'issue15-lock-hold-p99',
@@ -221,7 +232,8 @@ export function evaluateTargets(results: Omit<BenchResults, 'targets' | 'valid'>
           `${onServer ? 'on the server, lock taken to after COMMIT' : 'client round trip'}; worst; per delete latency ${latencies.map((l) => `${l}: ${at(l) ?? '—'}`).join(', ')}; spread ${spread} ms` +
             (onServer
               ? `; the client's round trip p99 ${latencies.map((l) => `${l}: ${client(l) ?? '—'}`).join(', ')}`
-              : ''),
+              : '') +
+            floorDetail,
         ),
       );
     }

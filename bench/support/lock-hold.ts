@@ -9,7 +9,7 @@
 import type { Database, Executor, RoundTripTiming } from '../../functions/adapters/database.ts';
 
 export interface LockHoldSample {
-  /** Which transaction: `fence-check`, `finalize` (split) or `baseline`. */
+  /** Which transaction: `fence-check`, `finalize` (split), `floor check`, `floor clear` or `baseline`. */
   phase: string;
   /** Advisory lock statement returned → COMMIT returned; null if the transaction never took it. */
   advisoryMs: number | null;

@@ -1,4 +1,5 @@
 import { describe, expect, inject, it } from 'vitest';
+import { floorCheck, floorClear } from '../../bench/support/floor-transactions.ts';
 import { type Database, openDatabase, type RoundTripTiming } from '../../functions/adapters/database.ts';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { finalize } from '../../functions/cleanup/finalize.ts';
@@ -65,6 +66,35 @@ describe('one round trip per decision, locks included', () => {
       trips: 1,
       transactions: 1,
     });
+  });
+
+  it('the benchmark’s floor: one message each, its lock hold noted as the decisions’ is, the fence cleared', async () => {
+    // The yardstick of issue 15's lock hold (bench/locks, bench/e2e): if its hold were not noted,
+    // the report would show no floor, and if it took more trips, it would not be a floor.
+    const db = await fixture.t.connect({ maxConnections: 1 });
+    const s = await finishedRootRun(fixture.t.db);
+    const timings: RoundTripTiming[] = [];
+    const checked = await roundTrips(db, () => floorCheck(db, s.rootRunId, (t) => timings.push(t)));
+    expect(checked.result).toMatchObject({
+      runId: s.rootRunId,
+      uid: s.uid,
+      runtimeScopeId: s.runtimeScopeId,
+    });
+    const cleared = await roundTrips(db, () => floorClear(db, checked.result, (t) => timings.push(t)));
+    for (const trip of [checked, cleared]) expect([trip.trips, trip.transactions]).toEqual([1, 1]);
+    expect(timings).toHaveLength(2);
+    for (const timing of timings) {
+      expect(timing.lockHeldMs).not.toBeNull();
+      expect(timing.lockHeldMs!).toBeGreaterThanOrEqual(0);
+      expect(timing.lockHeldMs!).toBeLessThanOrEqual(timing.serverMs);
+    }
+    const { rows } = await fixture.t.db.query<{ pending: boolean; released: boolean }>(
+      `SELECT r.runtime_cleanup_pending AS pending, s.released_at IS NOT NULL AS released
+       FROM agent_runs r JOIN sandbox_runtimes s USING (uid, runtime_scope_id) WHERE r.id = $1`,
+      [s.rootRunId],
+    );
+    expect(rows).toEqual([{ pending: false, released: true }]);
+    await expect(floorCheck(db, 'run-that-does-not-exist')).rejects.toThrow('has no sandbox');
   });
 
   it('leaves no lock and no open transaction behind once the one message is answered', async () => {

@@ -12,6 +12,27 @@ import type { LedgerReader } from './ledger.ts';
 import type { MessageLog } from './message-log.ts';
 import type { ScopePool } from './platform-ops.ts';
 
+/**
+ * A DELETE of the provisioner's audit as the invariants read it. Every field is copied by name: a
+ * field dropped here (as `retryAfterAskedMs` could be) would leave its invariant judging nothing.
+ */
+export function deleteRequestOf(entry: AuditEntry): DeleteRequest {
+  return {
+    seq: entry.seq,
+    path: entry.path,
+    sandboxId: entry.sandboxId,
+    generation: entry.generation,
+    status: entry.status,
+    outcome: entry.outcome,
+    fault: entry.fault,
+    retryAfterAskedMs: entry.retryAfterAskedMs,
+    startedAt: entry.startedAt,
+    endedAt: entry.endedAt,
+    deletedGeneration: entry.deletedGeneration,
+    deletedAt: entry.deletedAt,
+  };
+}
+
 export function buildHistory(input: {
   ledger: LedgerReader;
   clock: ClockSync;
@@ -30,22 +51,7 @@ export function buildHistory(input: {
     ...entry,
     atMs: clock.toLocal(entry.atMs),
   }));
-  const deletes: DeleteRequest[] = [...audit.values()]
-    .filter((entry) => entry.method === 'DELETE')
-    .map((entry) => ({
-      seq: entry.seq,
-      path: entry.path,
-      sandboxId: entry.sandboxId,
-      generation: entry.generation,
-      status: entry.status,
-      outcome: entry.outcome,
-      fault: entry.fault,
-      retryAfterAskedMs: entry.retryAfterAskedMs,
-      startedAt: entry.startedAt,
-      endedAt: entry.endedAt,
-      deletedGeneration: entry.deletedGeneration,
-      deletedAt: entry.deletedAt,
-    }));
+  const deletes = [...audit.values()].filter((entry) => entry.method === 'DELETE').map(deleteRequestOf);
   const releases: CapturedRelease[] = [];
   for (const message of messages.sent.values()) {
     // Hostile and forged commands are nobody's capture: a DELETE they caused names no captured pair.

@@ -4,6 +4,8 @@
  * same in real runs): a check that could not fail would make "0 violations" meaningless.
  */
 import { describe, expect, it } from 'vitest';
+import type { AuditEntry } from '../../infra/local/provisioner/server.ts';
+import { deleteRequestOf } from '../chaos/history.ts';
 import {
   checkSafety,
   confirmsGone,
@@ -359,6 +361,29 @@ describe('the provisioner replies of contract v1.1 §3 are honoured (invariant R
     const early = retryFlags([...deletes.slice(0, 3), del({ startedAt: 31_080, generation: 2 })]);
     expect(early.map((violation) => violation.key)).toEqual([`R:retry-after:${deletes[2]!.seq}`]);
     expect(early[0]!.message).toContain('asked for 2000 ms');
+  });
+
+  it('reads the ask from the provisioner’s audit, as the chaos history is built from it', () => {
+    // The path the check depends on: audit entry → history DELETE. Were the ask dropped on the
+    // way, every 429 would look like a raw header and R would judge no retry at all.
+    const entry: AuditEntry = {
+      seq: 7,
+      at: 1_000,
+      method: 'DELETE',
+      path: `/api/sandboxes/${SANDBOX}`,
+      sandboxId: SANDBOX,
+      generation: 3,
+      status: 429,
+      outcome: 'answered',
+      fault: 'status:429+retry-after',
+      retryAfter: '2',
+      retryAfterAskedMs: 2_000,
+      startedAt: 1_000,
+      endedAt: 1_010,
+    };
+    const request = deleteRequestOf(entry);
+    expect(request).toMatchObject({ seq: 7, generation: 3, status: 429, retryAfterAskedMs: 2_000 });
+    expect(retryFlags([request, del({ startedAt: 1_500 })])).toHaveLength(1);
   });
 
   it('does not judge a retry after a Retry-After whose meaning is unknown (a raw header)', () => {

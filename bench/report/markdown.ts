@@ -6,8 +6,8 @@
 import type { E2eFigure, E2eReport, MemoryRun, SubRunFigure } from '../e2e/scenario.ts';
 import { Design, VariantId } from '../locks/scenario.ts';
 import type { MemorySample } from '../support/memory.ts';
-import { ratio, type Summary } from '../support/stats.ts';
-import { type BenchResults, lockFigure } from './results.ts';
+import type { Summary } from '../support/stats.ts';
+import { type BenchResults, lockFigure, splitOverFloorHold } from './results.ts';
 
 const triple = (s: Summary | undefined) =>
   s && s.count > 0 ? `${fmt(s.p50)} / ${fmt(s.p99)} / ${fmt(s.max)}` : '—';
@@ -103,13 +103,11 @@ export function renderMarkdown(results: BenchResults, sourceFile: string): strin
       compared.forEach((variant, index) => {
         row(variant, index === 0);
       });
-      const floorRow = locks.variants.find((v) => v.design === Design.FLOOR);
+      const versusFloor = splitOverFloorHold(locks, latency);
       const deployedRow = locks.variants.find((v) => v.id === VariantId.SPLIT_DEPLOYED_POOL);
-      if (floorRow && deployedRow) {
-        const floorHold = lockFigure(locks.figures, floorRow.id, latency)?.serverHoldMs?.p99;
-        const splitHold = lockFigure(locks.figures, deployedRow.id, latency)?.serverHoldMs?.p99;
+      if (versusFloor && deployedRow) {
         lines.push(
-          `| | *${deployedRow.label} / ${floorRow.label}* (lock hold on the server, p99) | | | ${times(ratio(splitHold, floorHold))} | | | |`,
+          `| | *${deployedRow.label} / ${versusFloor.floor.label}* (lock hold on the server, p99) | | | ${times(versusFloor.ratio)} | | | |`,
         );
       }
       for (const r of locks.ratios.filter((r) => r.deleteLatencyMs === latency)) {

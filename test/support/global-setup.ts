@@ -17,6 +17,7 @@ import { startDatabaseBridge } from '../../infra/local/db-bridge.ts';
 import { type EmbeddedPostgresHandle, startEmbeddedPostgres } from '../../infra/local/embedded-postgres.ts';
 import { isLocalStackError } from '../../infra/local/errors.ts';
 import { migrate } from '../../infra/migrate.ts';
+import { TEST_CONNECT_TIMEOUT_MS } from './connect-bound.ts';
 import { type PgBouncer, poolerRequested, startPoolerFor } from './pgbouncer.ts';
 
 declare module 'vitest' {
@@ -74,14 +75,6 @@ function withoutStack(error: unknown): never {
   throw plain;
 }
 
-/**
- * The set-up's connections get the test databases' connect bound (support/database.ts), not
- * production's 5 s: a script run beside a whole tier (test/e2e/test-scripts-exit-status.test.ts,
- * behind PgBouncer in CI) once waited longer than 5 s for its first connection to a freshly
- * started embedded server, and the run failed in set-up before any test.
- */
-const SETUP_CONNECT_TIMEOUT_MS = 60_000;
-
 async function startServer(): Promise<{ provided: TestDatabaseServer; stop: () => Promise<void> }> {
   let embedded: EmbeddedPostgresHandle | undefined;
   let embeddedDir: string | undefined;
@@ -104,7 +97,7 @@ async function startServer(): Promise<{ provided: TestDatabaseServer; stop: () =
     wsProxy: bridge.address,
     lockTimeoutMs: 10_000,
     statementTimeoutMs: 60_000,
-    connectTimeoutMs: SETUP_CONNECT_TIMEOUT_MS,
+    connectTimeoutMs: TEST_CONNECT_TIMEOUT_MS,
   });
   const stop = async () => {
     // Test files drop their own databases; this sweeps up after any that crashed.
@@ -132,7 +125,7 @@ async function startServer(): Promise<{ provided: TestDatabaseServer; stop: () =
       maxConnections: 1,
       lockTimeoutMs: 10_000,
       statementTimeoutMs: 60_000,
-      connectTimeoutMs: SETUP_CONNECT_TIMEOUT_MS,
+      connectTimeoutMs: TEST_CONNECT_TIMEOUT_MS,
     });
     await migrate(templateDb);
     await templateDb.end();

@@ -8,17 +8,18 @@
  *   BEGIN; advisory lock; SELECT … FOR UPDATE; checks; DELETE at the provisioner; UPDATE fence; COMMIT
  *
  * It is built from the very same parts as the split protocol (the same lock statement, the same
- * `inspectRun` query and checks, the same ProvisionerClient, the same fence-clearing statement), so
- * the benchmark compares exactly one thing: where the external delete happens.
+ * rules: `inspectRun` reads them through the product's SQL functions; the same ProvisionerClient,
+ * the same fence-clearing statement), so the benchmark compares exactly one thing: where the
+ * external delete happens.
  */
 
 import type { Database } from '../../functions/adapters/database.ts';
 import type { ProvisionerClient } from '../../functions/adapters/provisioner-client.ts';
 import { OwnershipConflictError, RunNotFoundError } from '../../functions/cleanup/errors.ts';
 import { clearFence } from '../../functions/cleanup/finalize.ts';
-import { inspectRun, isTerminalStatus } from '../../functions/cleanup/inspect-run.ts';
 import { lockScopeOfRun } from '../../functions/cleanup/scope-lock.ts';
 import { type ReleaseOutcome, RunType } from '../../functions/cleanup/types.ts';
+import { inspectRun } from './inspect-run.ts';
 
 export const BaselineOutcome = {
   CLEARED: 'cleared',
@@ -50,7 +51,7 @@ export async function cleanupWithDeleteInsideTransaction(
     if (!facts) throw new RunNotFoundError(runId);
     if (facts.runType === RunType.SUBAGENT) return { outcome: BaselineOutcome.NOT_OWNER };
     if (!facts.fencePending) return { outcome: BaselineOutcome.ALREADY_CLEAN };
-    if (!isTerminalStatus(facts.status) || facts.activeRunId) return { outcome: BaselineOutcome.DEFERRED };
+    if (!facts.terminal || facts.activeRunId) return { outcome: BaselineOutcome.DEFERRED };
     if (facts.conversationUid !== facts.uid || facts.workdirPath === null) {
       throw new OwnershipConflictError(`the conversation of run ${JSON.stringify(runId)} does not match`, {
         runId,

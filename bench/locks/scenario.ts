@@ -166,7 +166,7 @@ export interface LockFigure {
   >;
   /**
    * Split and floor (one-trip transactions): the advisory-lock hold on the server's clock, from when
-   * the decision took the scope's lock to just after its COMMIT (migration 010), and the server's
+   * the decision took the scope's lock to just after its COMMIT (noted: bench/support/instrumented-functions.ts), and the server's
    * time on the whole message (lock waits included). Absent in results written before they were
    * measured.
    */

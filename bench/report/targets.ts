@@ -239,7 +239,7 @@ export function evaluateTargets(results: Omit<BenchResults, 'targets' | 'valid'>
 
 /**
  * The lock hold p99 a target is judged on, per delete latency: where it happens, on the server's
- * clock from the decision taking the scope's lock to just after its COMMIT (migration 010);
+ * clock from the decision taking the scope's lock to just after its COMMIT (noted: bench/support/instrumented-functions.ts);
  * results from before that was measured fall back to the client's round trip, and say so.
  */
 function lockHoldP99(

@@ -34,7 +34,9 @@ export async function admitAndFinish(
 }
 
 const CHECK_CONVERGED = `
-  SELECT r.id, r.runtime_cleanup_pending, s.generation::int AS generation, s.released_at IS NOT NULL AS released
+  SELECT r.id, r.runtime_cleanup_pending, s.generation::int AS generation,
+         runtime_cleanup_generation_released(s.released_at, s.released_sandbox_id, s.released_generation,
+                                             s.sandbox_id, s.generation) AS released
   FROM agent_runs r JOIN sandbox_runtimes s ON s.uid = r.uid AND s.runtime_scope_id = r.runtime_scope_id
   WHERE r.id = ANY ($1::text[])`;
 

@@ -4,9 +4,9 @@
  * (`bench/e2e/floor.ts`) and part 1's floor row (`bench/locks/scenario.ts`), so both price the same
  * statements.
  *
- * Each notes when it took the scope's advisory lock (`runtime_cleanup_note_lock_taken`, migration
- * 010), as the project's decision functions do, so its hold is measured on the server's clock in
- * the same way.
+ * Each notes when it took the scope's advisory lock (`runtime_cleanup_note_lock_taken`, installed
+ * with the instrumented decision functions by instrumented-functions.ts), as those do, so its hold
+ * is measured on the server's clock in the same way.
  */
 import type { Database, RoundTripTiming } from '../../functions/adapters/database.ts';
 

@@ -19,7 +19,7 @@ export interface LockHoldSample {
   transactionMs: number;
   /**
    * One-trip transactions only (null otherwise): the hold on the server's clock, from when the
-   * decision took the scope's advisory lock to just after its COMMIT (migration 010), without the
+   * decision took the scope's advisory lock to just after its COMMIT (noted: bench/support/instrumented-functions.ts), without the
    * trip back or this process's event-loop delay, which come after the locks are gone.
    */
   serverHeldMs: number | null;

@@ -12,6 +12,7 @@ import type { Database } from '../../functions/adapters/database.ts';
 import { startEmbeddedPostgres } from '../../infra/local/embedded-postgres.ts';
 import { migrate } from '../../infra/migrate.ts';
 import { startChild } from './child-process.ts';
+import { installLockTakenNote } from './instrumented-functions.ts';
 import { openBenchPool } from './pools.ts';
 
 export interface BenchPostgres {
@@ -77,6 +78,8 @@ export async function startBenchPostgres(): Promise<BenchPostgres> {
         };
         const migrator = await openPool({ maxConnections: 1 });
         await migrate(migrator);
+        // The server-side lock-hold clock, in this benchmark database only.
+        await installLockTakenNote(migrator);
         return {
           url: url.toString(),
           name,

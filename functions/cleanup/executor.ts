@@ -79,9 +79,9 @@ export interface RoundTripTiming {
   serverMs: number;
   /**
    * The scope's advisory lock (and the row locks taken after it) held: from when the decision
-   * took it (`runtime_cleanup.lock_taken_at`, migration 010) to just after the COMMIT, on the
-   * server's clock. Null when the statement took no such lock (a refusal before locking, or a
-   * statement other than a decision function).
+   * took it (`runtime_cleanup.lock_taken_at`) to just after the COMMIT, on the server's clock.
+   * Only the benchmark's instrumented functions note it (bench/support/instrumented-functions.ts):
+   * null on a product database, and when the statement took no such lock.
    */
   lockHeldMs: number | null;
 }

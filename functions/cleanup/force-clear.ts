@@ -1,32 +1,17 @@
 import { ErrorCode, OperationRefusedError, RunNotFoundError } from './errors.ts';
 import type { Database } from './executor.ts';
-import { inspectRun, isTerminalStatus } from './inspect-run.ts';
-import { lockScopeOfRun } from './scope-lock.ts';
-import { RunType } from './types.ts';
 
 /**
  * An operator's forced clear of a fence: the way out when a cleanup can never succeed (the
  * provisioner reports an impossible generation, the sandbox was destroyed out of band) and the
- * scope must be unblocked. It skips the confirmed delete and nothing else: one short transaction
- * with the same advisory lock and row lock as phases 1 and 3, the same re-checks (a terminal root
- * run, its fence up, no active run in the scope or below it), no delete that may still be in
- * flight for the scope, and then, in one statement, this run's fence cleared and an audit row
- * written.
+ * scope must be unblocked. It skips the confirmed delete and nothing else.
  *
- * What it does NOT do, and why:
- * - It does not mark the scope's sandbox generation released. Nothing confirmed that generation
- *   gone, and "released" is what lets a cleanup skip the delete: another fenced run of the same
- *   scope would then have been cleared as "nothing to delete" without its own audit row, and the
- *   sandbox left running. The generation stays live in the database; the next cleanup of the scope
- *   deletes it.
- * - It does not clear while a release's DELETE may still be in flight (the guard's record on the
- *   scope's sandbox row, see release-guard.ts): the platform would then admit a new run, the
- *   provisioner hand it the still-live sandbox, and the late DELETE remove it under the running run.
- *   The sandbox row is read FOR UPDATE, so a release guard that committed a record just before is
- *   seen, and one still writing is waited for.
- *
- * A late message of the cleared fence stays harmless: a stale release finds its fence gone in the
- * guard and sends nothing; a stale finalize finds the fence clear (ALREADY_CLEAR).
+ * The decision is the database's, as for the phases: ONE call of `runtime_cleanup_force_clear`
+ * (infra/sql/runtime_cleanup_force_clear.sql, which says what it checks, what it deliberately does
+ * not do, and why) in a one-round-trip transaction takes phase 1's locks, re-checks, and clears
+ * the fence and writes the audit row together, or refuses. This module only validates the
+ * operator's text and maps the verdict onto results and errors. A dry run makes the same call
+ * without applying: same locks, same checks, nothing written.
  */
 export const FORCE_CLEAR_REASON_MAX_LENGTH = 500;
 export const FORCE_CLEAR_ACTOR_MAX_LENGTH = 128;
@@ -64,43 +49,31 @@ export type ForceClearResult =
   | { applied: true; plan: ForceClearPlan; overrideId: number; forcedAt: string };
 
 /**
- * Clears the fence (only if still up) and records the override, in one statement: both happen or
- * neither does. The generation is recorded as it was live (it may still exist), not released.
+ * One call of the decision function in a one-round-trip transaction (`Database.transact`): it
+ * takes the locks, re-checks, and with `p_apply` clears the fence and writes the audit row.
  */
 const FORCE_CLEAR = `
-  WITH cleared AS (
-    UPDATE agent_runs SET runtime_cleanup_pending = false, updated_at = now()
-    WHERE id = $1::text AND runtime_cleanup_pending
-    RETURNING id, uid, runtime_scope_id
-  )
-  INSERT INTO runtime_cleanup_overrides
-    (run_id, uid, runtime_scope_id, sandbox_id, generation, fence_set_at, reason, actor)
-  SELECT c.id, c.uid, c.runtime_scope_id, $3::text, $2::bigint, $4::timestamptz, $5::text, $6::text
-  FROM cleared c
-  RETURNING id::text AS id, to_json(forced_at) #>> '{}' AS forced_at`;
+  SELECT verdict, uid, runtime_scope_id, status, fence_set_at, sandbox_id, generation::text AS generation,
+         active_run_id, delete_in_flight_until, delete_in_flight_run_id, delete_in_flight_sandbox_id,
+         delete_in_flight_generation::text AS delete_in_flight_generation, override_id::text AS override_id,
+         forced_at
+  FROM runtime_cleanup_force_clear($1::text, $2::text, $3::text, $4::boolean)`;
 
-/**
- * The scope's sandbox row, locked: its live generation and any delete still in flight for it. Read
- * after the advisory lock, in its own statement, so it sees every record committed before.
- */
-const LOCK_SCOPE_SANDBOX = `
-  SELECT sandbox_id, generation::text AS generation, released_at IS NOT NULL AS released,
-         delete_in_flight_until > clock_timestamp() AS delete_in_flight,
-         to_json(delete_in_flight_until) #>> '{}' AS delete_in_flight_until,
-         delete_in_flight_run_id, delete_in_flight_sandbox_id, delete_in_flight_generation::text AS delete_in_flight_generation
-  FROM sandbox_runtimes
-  WHERE uid = $1::text AND runtime_scope_id = $2::text
-  FOR UPDATE`;
-
-interface ScopeSandboxRow {
-  sandbox_id: string;
-  generation: string;
-  released: boolean;
-  delete_in_flight: boolean | null;
+interface ForceClearRow {
+  verdict: string;
+  uid: string | null;
+  runtime_scope_id: string | null;
+  status: string | null;
+  fence_set_at: string | null;
+  sandbox_id: string | null;
+  generation: string | null;
+  active_run_id: string | null;
   delete_in_flight_until: string | null;
   delete_in_flight_run_id: string | null;
   delete_in_flight_sandbox_id: string | null;
   delete_in_flight_generation: string | null;
+  override_id: string | null;
+  forced_at: string | null;
 }
 
 /** NUL cannot be stored in PostgreSQL text; other control characters (tab, newline aside) would garble the audit. */
@@ -135,91 +108,71 @@ export async function forceClear(db: Database, request: ForceClearRequest): Prom
   const reason = requireText('reason', request.reason, FORCE_CLEAR_REASON_MAX_LENGTH);
   const actor = requireText('actor', request.actor, FORCE_CLEAR_ACTOR_MAX_LENGTH);
   const { runId } = request;
-  return db.withTransaction(async (tx) => {
-    await lockScopeOfRun(tx, runId);
-    const facts = await inspectRun(tx, runId);
-    if (!facts) throw new RunNotFoundError(runId);
-    const context = { runId, uid: facts.uid, runtimeScopeId: facts.runtimeScopeId };
-
-    if (facts.runType === RunType.SUBAGENT) {
+  const { rows } = await db.transact<ForceClearRow>(FORCE_CLEAR, [runId, reason, actor, !request.dryRun]);
+  const row = rows[0]!;
+  if (row.verdict === 'run_not_found') throw new RunNotFoundError(runId);
+  const context = { runId, uid: row.uid!, runtimeScopeId: row.runtime_scope_id! };
+  const plan: ForceClearPlan = {
+    ...context,
+    status: row.status!,
+    fenceSetAt: row.fence_set_at,
+    sandboxId: row.sandbox_id,
+    generation: row.generation === null ? null : Number(row.generation),
+    reason,
+    actor,
+  };
+  switch (row.verdict) {
+    case 'run_not_root':
       throw new OperationRefusedError(
         ErrorCode.RUN_NOT_ROOT,
         `run ${JSON.stringify(runId)} is a subagent run; only root runs own a fence`,
         context,
       );
-    }
-    if (!facts.fencePending) {
+    case 'fence_not_pending':
       throw new OperationRefusedError(
         ErrorCode.FENCE_NOT_PENDING,
         `run ${JSON.stringify(runId)} has no pending fence; there is nothing to clear`,
         context,
       );
-    }
-    if (!isTerminalStatus(facts.status)) {
+    case 'run_not_terminal':
       throw new OperationRefusedError(
         ErrorCode.RUN_NOT_TERMINAL,
-        `run ${JSON.stringify(runId)} is still ${facts.status}; its sandbox is in use`,
-        { ...context, status: facts.status },
+        `run ${JSON.stringify(runId)} is still ${row.status}; its sandbox is in use`,
+        { ...context, status: row.status },
       );
-    }
-    if (facts.activeRunId) {
+    case 'scope_active':
       throw new OperationRefusedError(
         ErrorCode.SCOPE_ACTIVE,
-        `run ${JSON.stringify(facts.activeRunId)} is active in the scope of run ${JSON.stringify(runId)}; its sandbox is in use`,
-        { ...context, activeRunId: facts.activeRunId },
+        `run ${JSON.stringify(row.active_run_id)} is active in the scope of run ${JSON.stringify(runId)}; its sandbox is in use`,
+        { ...context, activeRunId: row.active_run_id },
       );
-    }
-
-    const { rows: sandboxRows } = await tx.query<ScopeSandboxRow>(LOCK_SCOPE_SANDBOX, [
-      facts.uid,
-      facts.runtimeScopeId,
-    ]);
-    const sandbox = sandboxRows[0];
-    if (sandbox?.delete_in_flight) {
-      const until = new Date(sandbox.delete_in_flight_until!).toISOString();
+    case 'delete_in_flight': {
+      const until = new Date(row.delete_in_flight_until!).toISOString();
       throw new OperationRefusedError(
         ErrorCode.DELETE_IN_FLIGHT,
-        `a DELETE of sandbox ${sandbox.delete_in_flight_sandbox_id} generation ${sandbox.delete_in_flight_generation} ` +
-          `(the release of run ${sandbox.delete_in_flight_run_id}) may still be in flight at the provisioner until ${until}; ` +
+        `a DELETE of sandbox ${row.delete_in_flight_sandbox_id} generation ${row.delete_in_flight_generation} ` +
+          `(the release of run ${row.delete_in_flight_run_id}) may still be in flight at the provisioner until ${until}; ` +
           'clearing the fence now would let a new run be handed that sandbox while the DELETE can still remove it. ' +
           `Try again after ${until}, or once \`npm run ops -- explain ${runId}\` shows no delete in flight ` +
           '(if the delete succeeds, the fence clears by itself).',
         {
           ...context,
           deleteInFlightUntil: until,
-          deleteInFlightRunId: sandbox.delete_in_flight_run_id,
-          sandboxId: sandbox.delete_in_flight_sandbox_id,
-          generation: Number(sandbox.delete_in_flight_generation),
+          deleteInFlightRunId: row.delete_in_flight_run_id,
+          sandboxId: row.delete_in_flight_sandbox_id,
+          generation: Number(row.delete_in_flight_generation),
         },
       );
     }
-    const live = sandbox && !sandbox.released ? sandbox : undefined;
-    const plan: ForceClearPlan = {
-      ...context,
-      status: facts.status,
-      fenceSetAt: facts.fenceSetAt,
-      sandboxId: live?.sandbox_id ?? null,
-      generation: live ? Number(live.generation) : null,
-      reason,
-      actor,
-    };
-    if (request.dryRun) return { applied: false, plan };
-
-    const { rows } = await tx.query<{ id: string; forced_at: string }>(FORCE_CLEAR, [
-      runId,
-      plan.generation,
-      plan.sandboxId,
-      plan.fenceSetAt,
-      reason,
-      actor,
-    ]);
-    // The row lock held since inspectRun keeps the fence up until here: one row is certain.
-    const row = rows[0]!;
-    return {
-      applied: true,
-      plan,
-      overrideId: Number(row.id),
-      forcedAt: new Date(row.forced_at).toISOString(),
-    };
-  });
+    case 'would_clear':
+      return { applied: false, plan };
+    case 'cleared':
+      return {
+        applied: true,
+        plan,
+        overrideId: Number(row.override_id),
+        forcedAt: new Date(row.forced_at!).toISOString(),
+      };
+  }
+  throw new Error(`runtime_cleanup_force_clear returned an unknown verdict ${row.verdict}`);
 }

@@ -92,7 +92,9 @@ const CLASSIFY = `
          coalesce((
            SELECT json_agg(json_build_object(
                     'uid', s.uid, 'runtimeScopeId', s.runtime_scope_id, 'generation', s.generation,
-                    'released', s.released_at IS NOT NULL,
+                    'released', runtime_cleanup_generation_released(
+                                  s.released_at, s.released_sandbox_id, s.released_generation,
+                                  s.sandbox_id, s.generation),
                     'hold', runtime_reclaim_scope_hold(s.uid, s.runtime_scope_id, $3::float8))
                   ORDER BY s.uid, s.runtime_scope_id)
            FROM sandbox_runtimes s

@@ -10,6 +10,7 @@ import { randomUUID } from 'node:crypto';
 import type { Database, Executor } from '../../functions/adapters/database.ts';
 import { announceRunFinished } from '../../functions/adapters/publish.ts';
 import type { Queues } from '../../functions/adapters/queues.ts';
+import type { TERMINAL_RUN_STATUSES } from '../../functions/cleanup/types.ts';
 
 export interface ScopeRef {
   uid: string;
@@ -213,7 +214,7 @@ export class PlatformSimulator {
    */
   async finishRun(
     runId: string,
-    status: 'completed' | 'failed' | 'cancelled' | 'interrupted' = 'completed',
+    status: (typeof TERMINAL_RUN_STATUSES)[number] = 'completed',
     options: { announce?: boolean } = {},
   ): Promise<boolean> {
     // Sent once: repeated after a lost commit, it would find the run terminal already and skip the

@@ -1,8 +1,11 @@
 -- The contract's schema (contract.md, section 1). Extra columns are nullable or defaulted so
 -- that a row written with only the contract's columns stays valid.
 --
--- Written to be idempotent (IF NOT EXISTS, OR REPLACE): a platform database that already has the
--- contract's tables, created by the platform itself, is adopted rather than refused.
+-- Written to be idempotent (IF NOT EXISTS): a platform database that already has the contract's
+-- tables, created by the platform itself, is adopted rather than refused.
+--
+-- The contract's functions runtime_cleanup_lock_key and runtime_cleanup_blocked, first defined
+-- here, live in infra/sql/ (one file per function, applied before the migrations).
 
 CREATE TABLE IF NOT EXISTS conversations (
   id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -38,29 +41,12 @@ CREATE TABLE IF NOT EXISTS sandbox_runtimes (
   PRIMARY KEY (uid, runtime_scope_id)
 );
 
--- Finding the non-terminal runs of a scope is on every phase's path and on the platform's
--- admission path; only live runs are indexed, so the index stays small.
+-- Finding the active runs of a scope is on every phase's path and on the platform's admission
+-- path; only live runs are indexed, so the index stays small. The predicate is the shared one
+-- (infra/sql/runtime_cleanup_status_is_active.sql, NULL status included), which the planner
+-- inlines here and in every query written with it. Before issue 23 it spelled the statuses out and
+-- left NULL out; migration 011 rebuilds such an index.
 CREATE INDEX IF NOT EXISTS agent_runs_active_by_scope ON agent_runs (uid, runtime_scope_id)
-  WHERE status NOT IN ('completed', 'failed', 'cancelled', 'interrupted');
+  WHERE runtime_cleanup_status_is_active(status);
 
 CREATE INDEX IF NOT EXISTS agent_runs_by_parent ON agent_runs (created_by_run_id) WHERE created_by_run_id IS NOT NULL;
-
--- The advisory lock key of a runtime scope. The uid's length is part of the hashed text so that
--- ('a:b', 'c') and ('a', 'b:c') do not share a key by construction.
-CREATE OR REPLACE FUNCTION runtime_cleanup_lock_key(uid text, runtime_scope_id text) RETURNS bigint
-  LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-  AS $$ SELECT hashtextextended(length(uid)::text || ':' || uid || ':' || runtime_scope_id, 0) $$;
-
--- True while any root run of the scope still carries the fence. The platform's admission of a
--- new run in the scope checks it (ideally holding the scope's advisory lock).
-CREATE OR REPLACE FUNCTION runtime_cleanup_blocked(uid text, runtime_scope_id text) RETURNS boolean
-  LANGUAGE sql STABLE PARALLEL SAFE
-  AS $$
-    SELECT EXISTS (
-      SELECT 1 FROM agent_runs r
-      WHERE r.uid = runtime_cleanup_blocked.uid
-        AND r.runtime_scope_id = runtime_cleanup_blocked.runtime_scope_id
-        AND r.run_type <> 'subagent'
-        AND r.runtime_cleanup_pending
-    )
-  $$;

@@ -13,21 +13,7 @@ ALTER TABLE agent_runs
 UPDATE agent_runs SET runtime_cleanup_pending_since = coalesce(finished_at, updated_at)
   WHERE runtime_cleanup_pending AND runtime_cleanup_pending_since IS NULL;
 
-CREATE OR REPLACE FUNCTION agent_runs_track_fence() RETURNS trigger
-  LANGUAGE plpgsql
-  AS $$
-  BEGIN
-    IF NEW.runtime_cleanup_pending AND (TG_OP = 'INSERT' OR NOT OLD.runtime_cleanup_pending) THEN
-      NEW.runtime_cleanup_pending_since := clock_timestamp();
-      NEW.runtime_cleanup_announced_at := NULL;
-    ELSIF NOT NEW.runtime_cleanup_pending THEN
-      NEW.runtime_cleanup_pending_since := NULL;
-      NEW.runtime_cleanup_announced_at := NULL;
-    END IF;
-    RETURN NEW;
-  END
-  $$;
-
+-- The trigger function agent_runs_track_fence: infra/sql/agent_runs_track_fence.sql.
 DROP TRIGGER IF EXISTS agent_runs_track_fence ON agent_runs;
 CREATE TRIGGER agent_runs_track_fence
   BEFORE INSERT OR UPDATE OF runtime_cleanup_pending ON agent_runs

@@ -3,7 +3,6 @@
  * helps. The order follows the protocol: a run still active, a scope still busy, a dead letter, a
  * fence merely waiting for its next announcement.
  */
-import { isTerminalStatus } from '../../functions/cleanup/inspect-run.ts';
 import { RunType } from '../../functions/cleanup/types.ts';
 import { formatAge, orDash, plural } from './format.ts';
 import type { RunFacts } from './run-facts.ts';
@@ -28,7 +27,7 @@ export function diagnose(facts: RunFacts, sweepAfterSeconds: number): string[] {
     const waitingFor = [...scope.activeRuns, ...scope.activeDescendants].map(
       (r) => `${r.runId} (${r.status})`,
     );
-    if (!isTerminalStatus(run.status)) {
+    if (!run.terminal) {
       lines.push(`the run is still ${run.status}: its cleanup starts when it ends`);
     } else if (waitingFor.length) {
       lines.push(`cleanup is deferred until these runs end: ${waitingFor.join(', ')}`);
@@ -43,7 +42,7 @@ export function diagnose(facts: RunFacts, sweepAfterSeconds: number): string[] {
           ? `no retry can fix ${latest.errorCode}: check the sandbox at the provisioner; if it must be given up, npm run ops -- force-clear ${run.runId} --reason "<why>"`
           : `once the cause is fixed: npm run ops -- redrive ${latest.sourceQueue}  (or: ${retry})`,
       );
-    } else if (isTerminalStatus(run.status) && !waitingFor.length) {
+    } else if (run.terminal && !waitingFor.length) {
       lines.push(
         `fence pending for ${formatAge(run.pendingForSeconds)}, last announced ${run.lastAnnouncedAt ?? 'never by the sweeper'}; the sweeper announces it again after ${sweepAfterSeconds} s, or now: ${retry}`,
       );

@@ -1,19 +1,21 @@
 /**
  * What `explain <runId>` knows about one run's cleanup: read from the database without locks
  * (an operator's look must never queue behind a cleanup) and from the dead-letter queues by peeking.
+ * Terminal, active, the descendant walk and released are the decisions' own SQL functions
+ * (infra/sql/), so what an operator is shown is what the phases decide on.
  */
 import type { Executor } from '../../functions/adapters/database.ts';
 import type { Queues } from '../../functions/adapters/queues.ts';
 import { deadLetterQueueName } from '../../functions/adapters/queues.ts';
 import { RunNotFoundError } from '../../functions/cleanup/errors.ts';
-import { isTerminalStatus } from '../../functions/cleanup/inspect-run.ts';
-import { RunType, TERMINAL_RUN_STATUSES } from '../../functions/cleanup/types.ts';
+import { RunType } from '../../functions/cleanup/types.ts';
 import { CONSUMED_QUEUES, type DeadLetter, peekDeadLetters } from './dead-letters.ts';
 import { type ForcedClear, listForcedClears } from './forced-clears.ts';
 import { isoTime } from './format.ts';
 
 const RUN = `
   SELECT r.id, r.uid, r.runtime_scope_id, r.run_type, r.status, r.created_by_run_id,
+         runtime_cleanup_status_is_terminal(r.status) AS terminal,
          r.runtime_cleanup_pending AS fence_pending, r.runtime_cleanup_pending_since AS pending_since,
          extract(epoch FROM now() - r.runtime_cleanup_pending_since)::float8 AS pending_seconds,
          r.runtime_cleanup_announced_at AS announced_at, r.worker_id, r.lease_expires_at,
@@ -27,6 +29,8 @@ const RUN = `
 const SCOPE = `
   SELECT runtime_cleanup_blocked($1::text, $2::text) AS blocked,
          s.sandbox_id, s.generation::text AS generation, s.released_at,
+         runtime_cleanup_generation_released(s.released_at, s.released_sandbox_id, s.released_generation,
+                                             s.sandbox_id, s.generation) AS released,
          s.delete_in_flight_until > now() AS delete_in_flight, s.delete_in_flight_until,
          s.delete_in_flight_run_id, s.delete_in_flight_sandbox_id,
          s.delete_in_flight_generation::text AS delete_in_flight_generation
@@ -35,25 +39,18 @@ const SCOPE = `
 
 /** The scope's other runs that matter to this cleanup: the active ones and the fenced roots. */
 const SCOPE_RUNS = `
-  SELECT id, run_type, status, runtime_cleanup_pending AS fence_pending
+  SELECT id, run_type, status, runtime_cleanup_pending AS fence_pending,
+         runtime_cleanup_status_is_active(status) AS active
   FROM agent_runs
   WHERE uid = $1::text AND runtime_scope_id = $2::text AND id <> $3::text
-    AND (status <> ALL ($4::text[]) OR (runtime_cleanup_pending AND run_type <> 'subagent'))
+    AND (runtime_cleanup_status_is_active(status) OR (runtime_cleanup_pending AND run_type <> 'subagent'))
   ORDER BY created_at, id
   LIMIT 50`;
 
-/** Active descendants, in any scope: phases 1 and 3 wait for them too. Depth-bounded against cycles. */
+/** Active descendants, in any scope: phases 1 and 3 wait for them too (the same walk as theirs). */
 const ACTIVE_DESCENDANTS = `
-  WITH RECURSIVE descendants AS (
-    SELECT a.id, a.status, a.run_type, a.runtime_scope_id, 1 AS depth
-    FROM agent_runs a WHERE a.created_by_run_id = $1::text
-    UNION ALL
-    SELECT a.id, a.status, a.run_type, a.runtime_scope_id, d.depth + 1
-    FROM agent_runs a JOIN descendants d ON a.created_by_run_id = d.id
-    WHERE d.depth < 32
-  )
-  SELECT DISTINCT id, status, run_type, runtime_scope_id FROM descendants
-  WHERE status <> ALL ($2::text[])
+  SELECT id, status, run_type, runtime_scope_id FROM runtime_cleanup_descendants($1::text)
+  WHERE runtime_cleanup_status_is_active(status)
   ORDER BY id
   LIMIT 50`;
 
@@ -63,6 +60,7 @@ interface RunRow {
   runtime_scope_id: string;
   run_type: string;
   status: string;
+  terminal: boolean;
   created_by_run_id: string | null;
   fence_pending: boolean;
   pending_since: Date | null;
@@ -88,6 +86,8 @@ export interface RunFacts {
     runtimeScopeId: string;
     runType: string;
     status: string;
+    /** runtime_cleanup_status_is_terminal(status): false for a NULL or unknown status. */
+    terminal: boolean;
     createdByRunId: string | null;
     workdirPath: string | null;
     fencePending: boolean;
@@ -103,7 +103,8 @@ export interface RunFacts {
   scope: {
     /** `runtime_cleanup_blocked(uid, scope)`: the platform admits no new run while true. */
     blocked: boolean;
-    sandbox: { sandboxId: string; generation: number; releasedAt: string | null } | null;
+    /** `released`: runtime_cleanup_generation_released, the decisions' rule (a stale releasedAt is not). */
+    sandbox: { sandboxId: string; generation: number; releasedAt: string | null; released: boolean } | null;
     /**
      * A release's DELETE that may still act at the provisioner (the release guard's record): the
      * scope stays blocked and force-clear refuses until `until`, unless the release ends it first.
@@ -144,21 +145,19 @@ export async function readRunFacts(
       sandbox_id: string | null;
       generation: string | null;
       released_at: Date | null;
+      released: boolean | null;
       delete_in_flight: boolean | null;
       delete_in_flight_until: Date | null;
       delete_in_flight_run_id: string | null;
       delete_in_flight_sandbox_id: string | null;
       delete_in_flight_generation: string | null;
     }>(SCOPE, [run.uid, run.runtime_scope_id]),
-    db.query<{ id: string; run_type: string; status: string; fence_pending: boolean }>(SCOPE_RUNS, [
-      run.uid,
-      run.runtime_scope_id,
-      run.id,
-      TERMINAL_RUN_STATUSES,
-    ]),
+    db.query<{ id: string; run_type: string; status: string; fence_pending: boolean; active: boolean }>(
+      SCOPE_RUNS,
+      [run.uid, run.runtime_scope_id, run.id],
+    ),
     db.query<{ id: string; status: string; run_type: string; runtime_scope_id: string }>(ACTIVE_DESCENDANTS, [
       run.id,
-      TERMINAL_RUN_STATUSES,
     ]),
     listForcedClears(db, { runId, limit: 20 }),
   ]);
@@ -170,6 +169,7 @@ export async function readRunFacts(
       runtimeScopeId: run.runtime_scope_id,
       runType: run.run_type,
       status: run.status,
+      terminal: run.terminal,
       createdByRunId: run.created_by_run_id,
       workdirPath: run.workdir_path,
       fencePending: run.fence_pending,
@@ -189,6 +189,7 @@ export async function readRunFacts(
               sandboxId: sandboxRow.sandbox_id,
               generation: Number(sandboxRow.generation),
               releasedAt: isoTime(sandboxRow.released_at),
+              released: sandboxRow.released === true,
             }
           : null,
       deleteInFlight: sandboxRow.delete_in_flight
@@ -203,7 +204,7 @@ export async function readRunFacts(
           }
         : null,
       activeRuns: scopeRuns.rows
-        .filter((row) => !isTerminalStatus(row.status))
+        .filter((row) => row.active)
         .map((row) => ({ runId: row.id, runType: row.run_type, status: row.status })),
       activeDescendants: descendants.rows.map((row) => ({
         runId: row.id,

@@ -15,6 +15,8 @@
  *    fence was up.
  * 2b No sandbox was deleted while a non-terminal run of its scope existed.
  */
+
+import { NON_TERMINAL_RUN_STATUSES, TERMINAL_RUN_STATUSES } from '../../functions/cleanup/types.ts';
 import { ascending, nearestRank } from '../../infra/local/nearest-rank.ts';
 import type { RunLogEntry, SandboxLogEntry } from './ledger.ts';
 
@@ -414,8 +416,9 @@ function checkNoDeleteUnderActiveRun(
   return { violations, checked };
 }
 
-const TERMINAL = new Set(['completed', 'failed', 'cancelled', 'interrupted']);
-const NON_TERMINAL = new Set(['pending', 'running', 'cancel_requested']);
+// The product's lists, tied to the SQL definition (runtime_cleanup_status_is_terminal) by test/unit/sql-rules.test.ts.
+const TERMINAL = new Set<string>(TERMINAL_RUN_STATUSES);
+const NON_TERMINAL = new Set<string>(NON_TERMINAL_RUN_STATUSES);
 
 function describeDelete(request: DeleteRequest): Record<string, unknown> {
   return {

@@ -7,6 +7,8 @@
  * inside its *fault window*, which starts when the root run finishes; when the window closes the
  * run's faults are lifted, and the convergence clock of the run starts (see invariants.ts).
  */
+
+import { TERMINAL_RUN_STATUSES } from '../../functions/cleanup/types.ts';
 import type { Fault } from '../../infra/local/provisioner/server.ts';
 import type { Rng } from './random.ts';
 
@@ -104,7 +106,7 @@ export interface Timeouts {
 
 export type ConsumedQueue = 'run-finished' | 'runtime-release.fifo' | 'runtime-finalize';
 export type ConsumerFunction = 'fence-check' | 'release' | 'finalize';
-export type TerminalStatus = 'completed' | 'failed' | 'cancelled' | 'interrupted';
+export type TerminalStatus = (typeof TERMINAL_RUN_STATUSES)[number];
 
 export interface ProvisionerFaultPlan {
   kind: FaultKind;
@@ -208,7 +210,7 @@ export const DEFAULT_MIX: FaultMix = {
   maxFaultWindowMs: 4_000,
 };
 
-const TERMINAL_STATUSES: readonly TerminalStatus[] = ['completed', 'failed', 'cancelled', 'interrupted'];
+const TERMINAL_STATUSES: readonly TerminalStatus[] = TERMINAL_RUN_STATUSES;
 
 /** Provisioner faults that end by themselves (`times`), drawn for most runs. */
 const TRANSIENT_PROVISIONER_FAULTS = [

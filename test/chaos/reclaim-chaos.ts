@@ -47,7 +47,7 @@ const OWNERS_NOW = `
   )
   SELECT o.uid, o.runtime_scope_id,
          (SELECT a.id FROM agent_runs a WHERE a.uid = o.uid AND a.runtime_scope_id = o.runtime_scope_id
-            AND a.status NOT IN ('completed', 'failed', 'cancelled', 'interrupted') LIMIT 1) AS active_run,
+            AND runtime_cleanup_status_is_active(a.status) LIMIT 1) AS active_run,
          (SELECT a.id FROM agent_runs a WHERE a.uid = o.uid AND a.runtime_scope_id = o.runtime_scope_id
             AND a.runtime_cleanup_pending AND a.run_type <> 'subagent' LIMIT 1) AS fenced_run
   FROM owners o`;

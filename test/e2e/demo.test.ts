@@ -9,6 +9,7 @@ import { chmod, mkdtemp, readdir, readFile, readlink, rm } from 'node:fs/promise
 import { tmpdir } from 'node:os';
 import { isAbsolute, join, resolve } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { TERMINAL_RUN_STATUSES } from '../../functions/cleanup/types.ts';
 import type { DemoSummary } from '../../infra/local/demo/summary.ts';
 import { isProcessAlive } from '../../infra/local/provisioner/server.ts';
 import { useDatabaseFixture } from '../support/fixtures.ts';
@@ -147,19 +148,14 @@ describe('npm start (the demo)', () => {
     const { rows } = await fixture.t.db.query<{ runs: number; fenced: number; active: number }>(
       `SELECT count(*) FILTER (WHERE run_type <> 'subagent')::int AS runs,
               count(*) FILTER (WHERE runtime_cleanup_pending)::int AS fenced,
-              count(*) FILTER (WHERE status NOT IN ('completed', 'failed', 'cancelled', 'interrupted'))::int AS active
+              count(*) FILTER (WHERE runtime_cleanup_status_is_active(status))::int AS active
        FROM agent_runs`,
     );
     expect(rows[0]).toEqual({ runs: 8, fenced: 0, active: 0 });
     const statuses = await fixture.t.db.query<{ status: string }>(
       `SELECT DISTINCT status FROM agent_runs WHERE run_type <> 'subagent' ORDER BY status`,
     );
-    expect(statuses.rows.map((row) => row.status)).toEqual([
-      'cancelled',
-      'completed',
-      'failed',
-      'interrupted',
-    ]);
+    expect(statuses.rows.map((row) => row.status)).toEqual([...TERMINAL_RUN_STATUSES].sort());
 
     // The file system and the process table.
     const sandboxesDir = join(dataDir, 'sandboxes');

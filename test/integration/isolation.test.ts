@@ -116,6 +116,14 @@ describe('the decision functions refuse any isolation but READ COMMITTED', () =>
       'runtime_cleanup_begin_release',
       "SELECT * FROM runtime_cleanup_begin_release('any-run', 'u', 's', 'sbx', 1, NULL, 60, 'token', 1000)",
     ],
+    [
+      'runtime_cleanup_force_clear',
+      "SELECT * FROM runtime_cleanup_force_clear('any-run', 'why', 'who', false)",
+    ],
+    [
+      'runtime_cleanup_begin_reclaim',
+      "SELECT * FROM runtime_cleanup_begin_reclaim('sbx-any', 1, 60, 60, 'token', 1000)",
+    ],
   ])('%s, called in a REPEATABLE READ transaction, raises 25000 with the reason', async (_, call) => {
     // An autocommit statement runs at the database's default level, REPEATABLE READ here.
     const error = await rejectionOf(fixture.t.db.query(call));

@@ -1,5 +1,6 @@
-import { describe, expect, inject, it } from 'vitest';
+import { beforeAll, describe, expect, inject, it } from 'vitest';
 import { floorCheck, floorClear } from '../../bench/support/floor-transactions.ts';
+import { installLockTakenNote } from '../../bench/support/instrumented-functions.ts';
 import { type Database, openDatabase, type RoundTripTiming } from '../../functions/adapters/database.ts';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { finalize } from '../../functions/cleanup/finalize.ts';
@@ -17,10 +18,10 @@ import { releaseNeeded } from '../support/probes.ts';
  */
 const fixture = useDatabaseFixture();
 
-/** The file's database on the server itself, not through PgBouncer when the suite runs behind one. */
-function directUrl(): string {
+/** A database on the server itself, not through PgBouncer when the suite runs behind one. */
+function directUrl(name: string): string {
   const url = new URL(inject('database').adminUrl);
-  url.pathname = `/${fixture.t.name}`;
+  url.pathname = `/${name}`;
   return url.toString();
 }
 
@@ -68,11 +69,62 @@ describe('one round trip per decision, locks included', () => {
     });
   });
 
+  it('leaves no lock and no open transaction behind once the one message is answered', async () => {
+    const db = await fixture.t.connect({ maxConnections: 1 });
+    const s = await finishedRootRun(fixture.t.db);
+    releaseNeeded(await fenceCheck(db, s.rootRunId));
+    // Same connection (pool of one), next message: had the transaction stayed open, this would be
+    // inside it, holding the scope's advisory lock.
+    // now() is the transaction's start: equal to the statement's own start only outside an older one.
+    const { rows } = await db.query<{ advisory: number; fresh: boolean }>(
+      `SELECT (SELECT count(*)::int FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()) AS advisory,
+              now() = statement_timestamp() AS fresh`,
+    );
+    expect(rows[0]).toEqual({ advisory: 0, fresh: true });
+  });
+
+  it('a product database notes no lock-taken moment: an observed decision reports no server-side hold', async () => {
+    // The benchmark's clock (bench/support/instrumented-functions.ts) is not in the product's
+    // functions: one body per function, without a benchmark hook.
+    const db = await fixture.t.connect({ maxConnections: 1 });
+    const s = await finishedRootRun(fixture.t.db);
+    const observed: RoundTripTiming[] = [];
+    const { rows } = await db.transact<{ decision: string }>(
+      'SELECT decision FROM runtime_cleanup_fence_check($1::text)',
+      [s.rootRunId],
+      (timing) => observed.push(timing),
+    );
+    expect(rows[0]?.decision).toBe('release_needed');
+    expect(observed).toHaveLength(1);
+    expect(observed[0]!.lockHeldMs).toBeNull();
+    const { rows: noted } = await fixture.t.db.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM pg_proc WHERE proname = 'runtime_cleanup_note_lock_taken'`,
+    );
+    expect(noted[0]!.n).toBe(0);
+  });
+});
+
+/**
+ * The benchmark's server-side lock-hold clock: its instrumented copies of the decision functions,
+ * generated from infra/sql/ and installed into this describe's own database only, note when each
+ * took the scope's lock; an observed message reads it.
+ */
+describe('the benchmark’s lock-hold clock, on a database with its instrumented copies', () => {
+  const bench = useDatabaseFixture();
+  beforeAll(async () => {
+    expect(await installLockTakenNote(bench.t.db)).toEqual(
+      expect.arrayContaining([
+        'runtime_cleanup_lock_run',
+        'runtime_cleanup_finalize',
+        'runtime_cleanup_begin_release',
+      ]),
+    );
+  });
   it('the benchmark’s floor: one message each, its lock hold noted as the decisions’ is, the fence cleared', async () => {
     // The yardstick of issue 15's lock hold (bench/locks, bench/e2e): if its hold were not noted,
     // the report would show no floor, and if it took more trips, it would not be a floor.
-    const db = await fixture.t.connect({ maxConnections: 1 });
-    const s = await finishedRootRun(fixture.t.db);
+    const db = await bench.t.connect({ maxConnections: 1 });
+    const s = await finishedRootRun(bench.t.db);
     const timings: RoundTripTiming[] = [];
     const checked = await roundTrips(db, () => floorCheck(db, s.rootRunId, (t) => timings.push(t)));
     expect(checked.result).toMatchObject({
@@ -88,7 +140,7 @@ describe('one round trip per decision, locks included', () => {
       expect(timing.lockHeldMs!).toBeGreaterThanOrEqual(0);
       expect(timing.lockHeldMs!).toBeLessThanOrEqual(timing.serverMs);
     }
-    const { rows } = await fixture.t.db.query<{ pending: boolean; released: boolean }>(
+    const { rows } = await bench.t.db.query<{ pending: boolean; released: boolean }>(
       `SELECT r.runtime_cleanup_pending AS pending, s.released_at IS NOT NULL AS released
        FROM agent_runs r JOIN sandbox_runtimes s USING (uid, runtime_scope_id) WHERE r.id = $1`,
       [s.rootRunId],
@@ -97,31 +149,17 @@ describe('one round trip per decision, locks included', () => {
     await expect(floorCheck(db, 'run-that-does-not-exist')).rejects.toThrow('has no sandbox');
   });
 
-  it('leaves no lock and no open transaction behind once the one message is answered', async () => {
-    const db = await fixture.t.connect({ maxConnections: 1 });
-    const s = await finishedRootRun(fixture.t.db);
-    releaseNeeded(await fenceCheck(db, s.rootRunId));
-    // Same connection (pool of one), next message: had the transaction stayed open, this would be
-    // inside it, holding the scope's advisory lock.
-    // now() is the transaction's start: equal to the statement's own start only outside an older one.
-    const { rows } = await db.query<{ advisory: number; fresh: boolean }>(
-      `SELECT (SELECT count(*)::int FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()) AS advisory,
-              now() = statement_timestamp() AS fresh`,
-    );
-    expect(rows[0]).toEqual({ advisory: 0, fresh: true });
-  });
-
   it('an observed decision reports its lock hold and the server time, within its round trip, in one trip', async () => {
-    const db = await fixture.t.connect({ maxConnections: 1 });
+    const db = await bench.t.connect({ maxConnections: 1 });
     const observed: RoundTripTiming[] = [];
     const observe = (timing: RoundTripTiming) => observed.push(timing);
-    const s = await finishedRootRun(fixture.t.db);
+    const s = await finishedRootRun(bench.t.db);
     const key = [s.uid, s.runtimeScopeId];
 
     // Another connection holds the scope's lock for 300 ms: the decision waits most of that for it.
     // The wait is in the server's time on the message but not in the hold, which starts when the
     // decision took the lock.
-    const other = await fixture.t.connect({ maxConnections: 1 });
+    const other = await bench.t.connect({ maxConnections: 1 });
     // Both connected first: a pool connects on its first query, and a connect inside the 300 ms
     // (a SCRAM handshake against embedded PostgreSQL: 130 ms alone, more on a busy machine) would
     // eat into the wait this test measures.
@@ -174,20 +212,20 @@ describe('one round trip per decision, locks included', () => {
     // keeps a value it finds (the first lock of the transaction wins), so the observed message
     // would report that value's age as the hold: years for a number, NaN for anything else.
     for (const stale of ['1000', 'not-a-number']) {
-      await fixture.t.db.query(
-        `ALTER DATABASE "${fixture.t.name}" SET runtime_cleanup.lock_taken_at = '${stale}'`,
+      await bench.t.db.query(
+        `ALTER DATABASE "${bench.t.name}" SET runtime_cleanup.lock_taken_at = '${stale}'`,
       );
       // A fresh pool straight to the server (a pooler would hand out server connections made
       // before the ALTER): new server connections start with the database's default.
       const db = await openDatabase({
-        url: directUrl(),
-        wsProxy: fixture.t.wsProxy,
+        url: directUrl(bench.t.name),
+        wsProxy: bench.t.wsProxy,
         maxConnections: 1,
         lockTimeoutMs: 5_000,
         statementTimeoutMs: 30_000,
       });
       try {
-        const s = await finishedRootRun(fixture.t.db);
+        const s = await finishedRootRun(bench.t.db);
         const observed: RoundTripTiming[] = [];
         await db.transact('SELECT decision FROM runtime_cleanup_fence_check($1::text)', [s.rootRunId], (t) =>
           observed.push(t),
@@ -204,14 +242,14 @@ describe('one round trip per decision, locks included', () => {
         expect(rows[0]!.value).toBe(stale);
       } finally {
         await db.end();
-        await fixture.t.db.query(`ALTER DATABASE "${fixture.t.name}" RESET runtime_cleanup.lock_taken_at`);
+        await bench.t.db.query(`ALTER DATABASE "${bench.t.name}" RESET runtime_cleanup.lock_taken_at`);
       }
     }
   });
 
   it('each decision function notes when it took the scope lock, once per transaction', async () => {
-    const s = await finishedRootRun(fixture.t.db);
-    await fixture.t.db.withTransaction(async (tx) => {
+    const s = await finishedRootRun(bench.t.db);
+    await bench.t.db.withTransaction(async (tx) => {
       await tx.query('SELECT decision FROM runtime_cleanup_fence_check($1::text)', [s.rootRunId]);
       const noted = async () =>
         (await tx.query<{ at: string }>("SELECT current_setting('runtime_cleanup.lock_taken_at') AS at"))

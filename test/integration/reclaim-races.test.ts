@@ -200,10 +200,11 @@ it('a 409 naming a newer generation than the database records is not a reclaim: 
   const first = await post(sandboxId);
   await upsertSandbox(db, { ...s, sandboxId, generation: first });
   await insertRun(db, { ...s, status: 'completed' });
-  await db.query('UPDATE sandbox_runtimes SET released_at = now() WHERE uid = $1 AND runtime_scope_id = $2', [
-    s.uid,
-    s.runtimeScopeId,
-  ]);
+  await db.query(
+    `UPDATE sandbox_runtimes SET released_at = now(), released_sandbox_id = sandbox_id, released_generation = generation
+     WHERE uid = $1 AND runtime_scope_id = $2`,
+    [s.uid, s.runtimeScopeId],
+  );
   // The next run of the scope replaced it under the same id and crashed before recording it.
   await fetch(new URL(`/api/sandboxes/${sandboxId}?generation=${first}`, provisioner!.url), {
     method: 'DELETE',

@@ -150,14 +150,16 @@ async function makeLeaks(): Promise<Map<string, LeakReason>> {
   leaks.set(forcedId, LeakReason.CLEANUP_NEVER_RAN);
 
   // 4. The provisioner answered 404 to the cleanup's DELETE and kept the sandbox: the generation
-  //    is marked released, the sandbox still listed.
+  //    is marked released (as finalize marks it: the mark names the generation), the sandbox
+  //    still listed.
   const kept = await scope();
   const keptId = `sbx-${kept.runtimeScopeId}`;
   const keptGeneration = await post(keptId);
   await upsertSandbox(db, { ...kept, sandboxId: keptId, generation: keptGeneration });
   await runIn(kept, 'completed');
   await db.query(
-    'UPDATE sandbox_runtimes SET released_at = now() WHERE uid = $1::text AND runtime_scope_id = $2::text',
+    `UPDATE sandbox_runtimes SET released_at = now(), released_sandbox_id = sandbox_id, released_generation = generation
+     WHERE uid = $1::text AND runtime_scope_id = $2::text`,
     [kept.uid, kept.runtimeScopeId],
   );
   leaks.set(keptId, LeakReason.KEPT_AFTER_RELEASE);

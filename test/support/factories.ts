@@ -48,7 +48,7 @@ export async function insertRun(
     `INSERT INTO agent_runs (id, uid, conversation_id, conversation_thread_id, runtime_scope_id, run_type,
        created_by_run_id, status, runtime_cleanup_pending, finished_at)
      VALUES ($1::text, $2::text, $3::bigint, $4::text, $5::text, $6::text, $7::text, $8::text, $9::boolean,
-       CASE WHEN $8::text IN ('completed', 'failed', 'cancelled', 'interrupted') THEN now() END)`,
+       CASE WHEN runtime_cleanup_status_is_terminal($8::text) THEN now() END)`,
     [
       id,
       values.uid,

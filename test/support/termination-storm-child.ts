@@ -74,7 +74,7 @@ const GUARD_READ = `
   SELECT r.runtime_cleanup_pending AS fence_current,
          (SELECT a.id FROM agent_runs a
            WHERE a.uid = r.uid AND a.runtime_scope_id = r.runtime_scope_id AND a.id <> r.id
-             AND a.status NOT IN ('completed', 'failed', 'cancelled', 'interrupted') LIMIT 1) AS active_run_id
+             AND runtime_cleanup_status_is_active(a.status) LIMIT 1) AS active_run_id
   FROM agent_runs r WHERE r.id = $1::text`;
 const SWEEP_STATS = `
   SELECT count(*)::int AS pending FROM agent_runs WHERE runtime_cleanup_pending AND run_type <> 'subagent'`;

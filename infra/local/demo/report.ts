@@ -1,3 +1,4 @@
+import { TERMINAL_RUN_STATUSES } from '../../../functions/cleanup/types.ts';
 import { DemoOutcome, type DemoSummary } from './summary.ts';
 
 /** What each error code of a failed attempt means, in the words of the fault that caused it. */
@@ -30,9 +31,9 @@ export function renderSummary(s: DemoSummary, options: { color: boolean }): stri
   const more = (text: string) => lines.push(`${' '.repeat(16)}${text}`);
   const interrupted = s.outcome === DemoOutcome.INTERRUPTED;
 
-  const statuses = ['completed', 'failed', 'cancelled', 'interrupted']
-    .map((status) => `${s.runs.byStatus[status] ?? 0} ${status}`)
-    .join(', ');
+  const statuses = TERMINAL_RUN_STATUSES.map((status) => `${s.runs.byStatus[status] ?? 0} ${status}`).join(
+    ', ',
+  );
   add(
     'runs',
     `${s.runs.root} root runs (+${s.runs.subagents} subagents) in ${s.runs.scopes} conversations: ${statuses}`,

@@ -42,7 +42,7 @@ function render(explanation: Explanation): string {
     field(
       'sandbox',
       scope.sandbox
-        ? `${scope.sandbox.sandboxId} generation ${scope.sandbox.generation}, ${scope.sandbox.releasedAt ? `released at ${scope.sandbox.releasedAt}` : 'live'}`
+        ? `${scope.sandbox.sandboxId} generation ${scope.sandbox.generation}, ${scope.sandbox.released ? `released at ${scope.sandbox.releasedAt}` : scope.sandbox.releasedAt ? `live (its release mark of ${scope.sandbox.releasedAt} names another generation)` : 'live'}`
         : 'none recorded',
     ),
     ...(scope.deleteInFlight

@@ -20,7 +20,9 @@ export const PENDING_FENCES = `
          extract(epoch FROM now() - coalesce(r.runtime_cleanup_pending_since, r.finished_at, r.updated_at))::float8
            AS age_seconds,
          r.runtime_cleanup_announced_at AS announced_at,
-         s.sandbox_id, s.generation::text AS generation, s.released_at
+         s.sandbox_id, s.generation::text AS generation, s.released_at,
+         runtime_cleanup_generation_released(s.released_at, s.released_sandbox_id, s.released_generation,
+                                             s.sandbox_id, s.generation) AS released
   FROM agent_runs r
   LEFT JOIN sandbox_runtimes s ON s.uid = r.uid AND s.runtime_scope_id = r.runtime_scope_id
   WHERE r.runtime_cleanup_pending AND r.run_type <> 'subagent'
@@ -43,8 +45,11 @@ export interface PendingFence {
   ageSeconds: number | null;
   /** When the sweeper last announced the fence again (null: never, or not since it was raised). */
   lastAnnouncedAt: string | null;
-  /** The scope's sandbox row; `releasedAt` set means that generation is already confirmed gone. */
-  sandbox: { sandboxId: string; generation: number; releasedAt: string | null } | null;
+  /**
+   * The scope's sandbox row; `released` (runtime_cleanup_generation_released, the decisions' rule)
+   * means that generation is already confirmed gone. `releasedAt` alone may be a stale mark.
+   */
+  sandbox: { sandboxId: string; generation: number; releasedAt: string | null; released: boolean } | null;
 }
 
 interface FenceRow {
@@ -59,6 +64,7 @@ interface FenceRow {
   sandbox_id: string | null;
   generation: string | null;
   released_at: Date | null;
+  released: boolean | null;
 }
 
 export async function listPendingFences(
@@ -85,6 +91,7 @@ export async function listPendingFences(
               sandboxId: row.sandbox_id,
               generation: Number(row.generation),
               releasedAt: isoTime(row.released_at),
+              released: row.released === true,
             }
           : null,
     })),
@@ -107,7 +114,7 @@ async function pending(input: CommandInput, db: Executor) {
       orDash(fence.pendingSince),
       formatAge(fence.ageSeconds),
       orDash(fence.sandbox?.sandboxId),
-      fence.sandbox ? `${fence.sandbox.generation}${fence.sandbox.releasedAt ? ' (released)' : ''}` : '-',
+      fence.sandbox ? `${fence.sandbox.generation}${fence.sandbox.released ? ' (released)' : ''}` : '-',
       orDash(fence.lastAnnouncedAt),
     ]),
   );

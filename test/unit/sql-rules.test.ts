@@ -1,0 +1,153 @@
+/**
+ * One home for each rule (issue 23): a static scan of the repository's SQL and TypeScript that
+ * fails when a second definition of a shared rule appears where the first is meant to be called.
+ * Each scanner is shown to find what it looks for, so a clean result means something.
+ */
+import { readdir, readFile } from 'node:fs/promises';
+import { join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { NON_TERMINAL_RUN_STATUSES, TERMINAL_RUN_STATUSES } from '../../functions/cleanup/types.ts';
+import { FUNCTIONS_DIR, functionsCreatedIn, loadFunctionFiles, loadMigrations } from '../../infra/migrate.ts';
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+/** Generated from the files it is scanned against. */
+const GENERATED = new Set(['infra/schema.sql']);
+
+async function filesUnder(dir: string, extensions: readonly string[]): Promise<string[]> {
+  const entries = await readdir(join(ROOT, dir), { withFileTypes: true, recursive: true });
+  return entries
+    .filter((entry) => entry.isFile() && extensions.some((extension) => entry.name.endsWith(extension)))
+    .map((entry) => relative(ROOT, join(entry.parentPath, entry.name)))
+    .filter((path) => !path.includes('node_modules') && !GENERATED.has(path))
+    .sort();
+}
+
+async function sources(): Promise<Array<{ path: string; text: string }>> {
+  const paths = [
+    ...(await filesUnder('infra', ['.sql', '.ts'])),
+    ...(await filesUnder('functions', ['.ts'])),
+    ...(await filesUnder('bench', ['.ts'])),
+    ...(await filesUnder('test', ['.ts'])),
+  ];
+  return Promise.all(paths.map(async (path) => ({ path, text: await readFile(join(ROOT, path), 'utf8') })));
+}
+
+/**
+ * Lines that start a literal list of the terminal statuses: every one of them, quoted, within five
+ * lines (an SQL `IN (…)`, an array, a union type, however it is wrapped).
+ */
+function terminalListsIn(text: string): number[] {
+  const lines = text.split('\n');
+  const quoted = (line: string, status: string) =>
+    line.includes(`'${status}'`) || line.includes(`"${status}"`);
+  const found: number[] = [];
+  for (let i = 0; i < lines.length; i++) {
+    if (!TERMINAL_RUN_STATUSES.some((status) => quoted(lines[i]!, status))) continue;
+    const window = lines.slice(i, i + 5);
+    if (TERMINAL_RUN_STATUSES.every((status) => window.some((line) => quoted(line, status)))) {
+      found.push(i + 1);
+      i += 4;
+    }
+  }
+  return found;
+}
+
+/** Lines that decide "released" from `released_at` alone, in SQL text (comments aside). */
+function releasedAtTestsIn(text: string): number[] {
+  return text.split('\n').flatMap((line, index) => {
+    const comment = /^\s*(--|\/\/|\*|\/\*)/.test(line);
+    return !comment && /released_at\s+IS\s+NOT\s+NULL/i.test(line) ? [index + 1] : [];
+  });
+}
+
+/** The decision functions: each refuses any isolation but READ COMMITTED before anything else. */
+const DECISION_FUNCTIONS = [
+  'runtime_cleanup_fence_check',
+  'runtime_cleanup_begin_release',
+  'runtime_cleanup_finalize',
+  'runtime_cleanup_force_clear',
+  'runtime_cleanup_begin_reclaim',
+];
+
+describe('one definition of each shared rule', () => {
+  it('spells the terminal statuses out once in SQL, once in TypeScript, and the two agree', async () => {
+    const hits = (await sources()).flatMap(({ path, text }) =>
+      terminalListsIn(text).map((line) => `${path}:${line}`),
+    );
+    expect(hits).toEqual([
+      'infra/sql/runtime_cleanup_status_is_terminal.sql:19',
+      'functions/cleanup/types.ts:24',
+    ]);
+    const definition = await readFile(join(FUNCTIONS_DIR, 'runtime_cleanup_status_is_terminal.sql'), 'utf8');
+    const list = /status IN \(([^)]*)\)/.exec(definition.replace(/--[^\n]*/g, ''))![1]!;
+    expect([...list.matchAll(/'([^']*)'/g)].map((match) => match[1])).toEqual([...TERMINAL_RUN_STATUSES]);
+    for (const status of NON_TERMINAL_RUN_STATUSES) expect(list).not.toContain(`'${status}'`);
+  });
+
+  it('decides "released" only through runtime_cleanup_generation_released in product code', async () => {
+    const product = (await sources()).filter(({ path }) => !path.startsWith('test/'));
+    const hits = product.flatMap(({ path, text }) =>
+      releasedAtTestsIn(text).map((line) => `${path}:${line}`),
+    );
+    expect(hits).toEqual(['infra/sql/runtime_cleanup_generation_released.sql:21']);
+  });
+
+  it('defines each SQL function in one file: infra/sql/<name>.sql, and none in a migration', async () => {
+    const files = await loadFunctionFiles();
+    expect(files.length).toBeGreaterThan(15);
+    for (const migration of await loadMigrations()) {
+      expect(functionsCreatedIn(migration.sql), `${migration.version}_${migration.name}`).toEqual([]);
+    }
+    const definedIn = new Map<string, string[]>();
+    for (const { path, text } of await sources()) {
+      for (const name of functionsCreatedIn(text))
+        definedIn.set(name, [...(definedIn.get(name) ?? []), path]);
+    }
+    const twice = [...definedIn].filter(([, paths]) => paths.length > 1);
+    expect(twice).toEqual([]);
+    for (const file of files) expect(definedIn.get(file.name)).toEqual([`infra/sql/${file.name}.sql`]);
+  });
+
+  it('has every decision function check the isolation level first', async () => {
+    const files = new Map((await loadFunctionFiles()).map((file) => [file.name, file.sql]));
+    for (const name of DECISION_FUNCTIONS) {
+      const sql = files.get(name)!;
+      const body = sql.slice(sql.indexOf('AS $$')).split(/\bBEGIN\b/)[1]!;
+      expect(body.trimStart().startsWith('PERFORM runtime_cleanup_require_read_committed();'), name).toBe(
+        true,
+      );
+    }
+    // Whatever takes a scope's lock is a decision, or the lock helper only decisions call.
+    const callers = (pattern: RegExp) =>
+      [...files].filter(([, sql]) => pattern.test(sql.slice(sql.indexOf('AS $$')))).map(([name]) => name);
+    const locking = callers(/pg_advisory_xact_lock\(runtime_cleanup_lock_key/);
+    expect(locking.filter((name) => !DECISION_FUNCTIONS.includes(name))).toEqual([
+      'runtime_cleanup_lock_run',
+    ]);
+    const helped = callers(/runtime_cleanup_lock_run\(/).filter(
+      (name) => name !== 'runtime_cleanup_lock_run',
+    );
+    expect(helped.filter((name) => !DECISION_FUNCTIONS.includes(name))).toEqual([]);
+    expect([...locking, ...helped].sort()).toEqual(
+      [...DECISION_FUNCTIONS, 'runtime_cleanup_lock_run'].sort(),
+    );
+  });
+
+  it('the scanners find what they look for', () => {
+    const list = TERMINAL_RUN_STATUSES.map((status) => `'${status}'`);
+    expect(terminalListsIn(`x\nWHERE status NOT IN (${list.join(', ')})`)).toEqual([2]);
+    expect(terminalListsIn(`const t = [\n  ${list.join(',\n  ')},\n];`)).toEqual([2]);
+    expect(terminalListsIn(`type T = ${list.join(' | ').replaceAll("'", '"')};`)).toEqual([1]);
+    expect(
+      terminalListsIn(`${list.slice(0, 3).join(', ')}\n-- completed, failed, cancelled, interrupted`),
+    ).toEqual([]);
+    expect(
+      releasedAtTestsIn('SELECT 1\nWHERE s.released_at is not null\n-- released_at IS NOT NULL'),
+    ).toEqual([2]);
+    expect(releasedAtTestsIn('SET released_at = now() WHERE released_at IS NULL')).toEqual([]);
+    expect(functionsCreatedIn('-- CREATE FUNCTION a()\nCREATE OR REPLACE FUNCTION public.b(x int)')).toEqual([
+      'b',
+    ]);
+  });
+});

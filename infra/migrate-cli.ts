@@ -4,13 +4,14 @@ import { describeDatabase } from '../functions/adapters/database.ts';
 import { redactSecrets } from '../functions/adapters/redact.ts';
 import { acceptNoOptionCommandLine } from './command-line.ts';
 import { closeLocalBridge, openLocalDatabase } from './local/database.ts';
-import { migrate } from './migrate.ts';
+import { applySchema } from './migrate.ts';
 
 const USAGE = `Usage: npm run migrate [-- --help]
 
-Applies the migrations in infra/migrations to the database DATABASE_URL names (default:
+Applies the SQL functions in infra/sql (each file new or changed since it was last applied) and
+then the pending migrations in infra/migrations to the database DATABASE_URL names (default:
 postgres://postgres@127.0.0.1:5432/postgres), in one transaction under an advisory lock, and exits.
-Idempotent: migrations already applied are skipped. Takes no options.
+Idempotent: what is already applied is skipped. Takes no options.
 
 Variables: DATABASE_URL, DATABASE_WS_PROXY, DATABASE_CONNECT_TIMEOUT_MS,
 DATABASE_LOCK_TIMEOUT_MS, DATABASE_STATEMENT_TIMEOUT_MS (DATABASE_URL_PARAMETER is not read here:
@@ -33,12 +34,14 @@ async function main(): Promise<void> {
     connectTimeoutMs: config.databaseConnectTimeoutMs,
   });
   try {
-    const applied = await migrate(db);
+    const changes = await applySchema(db);
     console.log(
       JSON.stringify({
         level: 'INFO',
-        message: applied.length ? 'migrations applied' : 'schema up to date',
-        applied,
+        message:
+          changes.migrations.length || changes.functions.length ? 'migrations applied' : 'schema up to date',
+        applied: changes.migrations,
+        functions: changes.functions,
         database: describeDatabase(url),
       }),
     );

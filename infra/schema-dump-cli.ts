@@ -4,16 +4,13 @@
  */
 import { randomBytes } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
-import { fileURLToPath } from 'node:url';
 import { loadConfig, refuseParameterWithoutUrl } from '../functions/adapters/config.ts';
 import { describeDatabase } from '../functions/adapters/database.ts';
 import { redactSecrets } from '../functions/adapters/redact.ts';
 import { acceptNoOptionCommandLine } from './command-line.ts';
 import { closeLocalBridge, openLocalDatabase } from './local/database.ts';
 import { migrate } from './migrate.ts';
-import { dumpSchema } from './schema-dump.ts';
-
-export const SCHEMA_FILE = fileURLToPath(new URL('./schema.sql', import.meta.url));
+import { dumpSchema, SCHEMA_FILE } from './schema-dump.ts';
 
 const USAGE = `Usage: npm run schema:dump [-- --help]
 

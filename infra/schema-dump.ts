@@ -12,7 +12,11 @@
  * the old migration texts. NOT NULL is read from the columns (PostgreSQL 18 also lists it among
  * the constraints, 15 does not).
  */
+import { fileURLToPath } from 'node:url';
 import type { Executor } from '../functions/adapters/database.ts';
+
+/** Where `npm run schema:dump` writes the dump. */
+export const SCHEMA_FILE = fileURLToPath(new URL('./schema.sql', import.meta.url));
 
 const COLUMNS = `
   SELECT c.relname AS table_name, a.attname AS column_name,

@@ -662,13 +662,13 @@ CREATE OR REPLACE FUNCTION public.runtime_cleanup_status_is_active(status text)
  RETURNS boolean
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE
-AS $function$ SELECT NOT runtime_cleanup_status_is_terminal(status) $function$;
+AS $function$ SELECT status IS NULL OR status NOT IN ('completed', 'failed', 'cancelled', 'interrupted') $function$;
 
 CREATE OR REPLACE FUNCTION public.runtime_cleanup_status_is_terminal(status text)
  RETURNS boolean
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE
-AS $function$ SELECT status IS NOT NULL AND status IN ('completed', 'failed', 'cancelled', 'interrupted') $function$;
+AS $function$ SELECT NOT runtime_cleanup_status_is_active(status) $function$;
 
 CREATE OR REPLACE FUNCTION public.runtime_reclaim_lock_key(sandbox_id text)
  RETURNS bigint

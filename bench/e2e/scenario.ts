@@ -96,7 +96,7 @@ export interface SubRunFigure {
   lockHoldMs: Summary;
   /**
    * Each one-round-trip transaction's lock hold on the server's clock: from when the decision took
-   * the scope's advisory lock to just after its COMMIT (migration 010). Absent in results written
+   * the scope's advisory lock to just after its COMMIT (noted: bench/support/instrumented-functions.ts). Absent in results written
    * before it was measured.
    */
   serverLockHoldMs?: Summary;

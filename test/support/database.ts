@@ -15,11 +15,12 @@ export interface TestDatabase {
 }
 
 /**
- * A fresh database cloned from the migrated template; drop it in `afterAll`. Under
+ * A fresh database cloned from the migrated template (`empty`: a new database, nothing applied);
+ * drop it in `afterAll`. Under
  * DATABASE_POOLER=pgbouncer its `url` and every pool go through the suite's PgBouncer (transaction
  * mode); creating and dropping it stays on the direct connection.
  */
-export async function createTestDatabase(): Promise<TestDatabase> {
+export async function createTestDatabase(creation: { empty?: boolean } = {}): Promise<TestDatabase> {
   const { adminUrl, template, wsProxy, poolerPort } = inject('database');
   // A slow connect (support/connect-bound.ts) must not fail a test about something else.
   const options = {
@@ -31,7 +32,7 @@ export async function createTestDatabase(): Promise<TestDatabase> {
   const admin = await openDatabase({ url: adminUrl, maxConnections: 1, ...options });
   const name = `rc_test_${process.ppid}_${randomBytes(5).toString('hex')}`;
   // CREATE DATABASE takes no parameters; the name is made here from hex digits only.
-  await admin.query(`CREATE DATABASE ${name} TEMPLATE ${template}`);
+  await admin.query(creation.empty ? `CREATE DATABASE ${name}` : `CREATE DATABASE ${name} TEMPLATE ${template}`);
   const direct = new URL(adminUrl);
   direct.pathname = `/${name}`;
   const url = new URL(poolerPort === null ? direct.toString() : throughPooler(direct.toString(), poolerPort));

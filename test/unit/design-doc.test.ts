@@ -8,6 +8,8 @@ import { describe, expect, it } from 'vitest';
 import { REPO_ROOT, readDoc } from '../support/docs.ts';
 
 const migration = (name: string) => readFileSync(join(REPO_ROOT, 'infra/migrations', name), 'utf8');
+/** A SQL function's one file (infra/sql/README.md). */
+const sqlFunction = (name: string) => readFileSync(join(REPO_ROOT, 'infra/sql', `${name}.sql`), 'utf8');
 const flat = (text: string) => text.replace(/\s+/g, ' ');
 
 describe('docs/design.md', () => {
@@ -17,7 +19,8 @@ describe('docs/design.md', () => {
     expect(design).not.toContain('reads once more, with no transaction and no lock');
     expect(design).toContain('runs the release guard: one autocommit statement');
     expect(design).toContain('records the delete in flight');
-    const guard = migration('004_delete_in_flight.sql');
+    expect(design).toContain('`infra/sql/runtime_cleanup_begin_release.sql`');
+    const guard = sqlFunction('runtime_cleanup_begin_release');
     expect(guard).toMatch(/FUNCTION runtime_cleanup_begin_release/);
     expect(guard).toMatch(/delete_in_flight_until\s*=/);
     expect(guard).toMatch(/pg_advisory_xact_lock/);
@@ -35,7 +38,10 @@ describe('docs/design.md', () => {
   it('says released_at is reset by the trigger of migration 005', async () => {
     const design = flat(await readDoc('docs/design.md'));
     expect(design).toContain('a trigger (migration 005) resets it');
-    expect(migration('005_generation_released_at.sql')).toMatch(/NEW\.released_at := NULL/);
+    expect(migration('005_generation_released_at.sql')).toMatch(
+      /CREATE TRIGGER sandbox_runtimes_reset_released[\s\S]*EXECUTE FUNCTION sandbox_runtimes_reset_released\(\)/,
+    );
+    expect(sqlFunction('sandbox_runtimes_reset_released')).toMatch(/NEW\.released_at := NULL/);
   });
 
   it('states invariant 5 as the chaos suite checks it, and the force-clear exception to invariant 1', async () => {

@@ -76,11 +76,11 @@ describe('one definition of each shared rule', () => {
       terminalListsIn(text).map((line) => `${path}:${line}`),
     );
     expect(hits).toEqual([
-      'infra/sql/runtime_cleanup_status_is_terminal.sql:19',
+      'infra/sql/runtime_cleanup_status_is_active.sql:28',
       'functions/cleanup/types.ts:24',
     ]);
-    const definition = await readFile(join(FUNCTIONS_DIR, 'runtime_cleanup_status_is_terminal.sql'), 'utf8');
-    const list = /status IN \(([^)]*)\)/.exec(definition.replace(/--[^\n]*/g, ''))![1]!;
+    const definition = await readFile(join(FUNCTIONS_DIR, 'runtime_cleanup_status_is_active.sql'), 'utf8');
+    const list = /status NOT IN \(([^)]*)\)/.exec(definition.replace(/--[^\n]*/g, ''))![1]!;
     expect([...list.matchAll(/'([^']*)'/g)].map((match) => match[1])).toEqual([...TERMINAL_RUN_STATUSES]);
     for (const status of NON_TERMINAL_RUN_STATUSES) expect(list).not.toContain(`'${status}'`);
   });

@@ -37,7 +37,8 @@ import { parseRetryAfter } from './retry-after.ts';
  * reply semantics (v1.1, section 3):
  *
  *   200 with a JSON object, or 204: deleted · 404, 410 with no body or a JSON one, from a base URL
- *   verified to be the provisioner: absent (gone) · 401: the token refused · 409 {current_generation: N}: N > G superseded (success), N < G anomaly · 408, 429, 5xx,
+ *   verified to be the provisioner (v1.2): absent (gone) · 401: the token refused (v1.2) · 409
+ *   {current_generation: N}: N > G superseded (success), N < G anomaly · 408, 429, 5xx,
  *   connection errors, timeouts retryable, a 429's or 503's Retry-After carried to the consumer ·
  *   a 200 without a JSON object, or whose object reports a failure or names another sandbox or
  *   generation, and a 404/410 page (HTML, text) from whatever else answers at a wrong URL:

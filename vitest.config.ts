@@ -1,13 +1,17 @@
 /**
- * Four tiers, one Vitest project each (`npm run test:<tier>`; `npm test` runs them all):
+ * Five tiers, one Vitest project each (`npm run test:<tier>`; `npm test` runs all but platform):
  *
  * - unit: pure logic. No database, no global setup, and no sockets (test/support/no-network.ts
  *   makes opening one fail the test), so it runs in seconds anywhere.
  * - integration: the phases against a real PostgreSQL and real local HTTP servers.
  * - e2e: through the local stack (SQS emulator, provisioner, handlers) and the real CLIs.
  * - chaos: the seeded fault-injection suite and its harness.
+ * - platform: through the local stack against a real FastAPI provisioner that behaves as the
+ *   platform's does (test/platform/fastapi-provisioner/app.py). It needs Debian's python3-fastapi
+ *   and python3-uvicorn, which a new clone may lack: `npm test` leaves it out, `.ci/run` installs
+ *   them and runs `npm run test:platform` after the other tiers.
  *
- * The last three share one PostgreSQL per run (test/support/global-setup.ts).
+ * All but unit share one PostgreSQL per run (test/support/global-setup.ts).
  *
  * RUNTIME_CLEANUP_TEST_FIXTURE=<name> swaps every tier's tests for the fixture files
  * test/fixtures/<name>/<tier>.test.ts: the exit-status check runs the real scripts on a fixture
@@ -55,6 +59,7 @@ export default defineConfig({
         sequence: { groupOrder: 1 },
         fileParallelism: false,
       }),
+      tier('platform', ['test/platform/**/*.test.ts'], { globalSetup: DATABASE_SETUP }),
     ],
     pool: 'forks',
     // Two cores: more workers only add contention to timing-sensitive lock tests.

@@ -19,6 +19,9 @@ export const ErrorCode = {
   PROVISIONER_REJECTED: 'PROVISIONER_REJECTED',
   PROVISIONER_BAD_RESPONSE: 'PROVISIONER_BAD_RESPONSE',
   PROVISIONER_UNCONFIRMED: 'PROVISIONER_UNCONFIRMED',
+  // A 404/410 from a base URL whose GET /api/sandboxes is not the provisioner's listing.
+  PROVISIONER_URL_UNVERIFIED: 'PROVISIONER_URL_UNVERIFIED',
+  PROVISIONER_AUTH_FAILED: 'PROVISIONER_AUTH_FAILED',
   GENERATION_ANOMALY: 'GENERATION_ANOMALY',
   // A release command refused by the release guard before any DELETE: it does not describe the
   // cleanup the database knows (forged, or mismatched with the run it names).
@@ -118,7 +121,7 @@ export class ProvisionerConnectionError extends CleanupError {
 }
 
 /**
- * A 4xx other than 404/410 (gone), 408/429 (retryable) and 409 (generations): the request itself
+ * A 4xx other than 401 (authentication), 404/410 (gone), 408/429 (retryable) and 409 (generations): the request itself
  * is wrong and resending it cannot help.
  */
 export class ProvisionerRejectedError extends CleanupError {
@@ -141,6 +144,32 @@ export class ProvisionerBadResponseError extends CleanupError {
 export class ProvisionerUnconfirmedError extends CleanupError {
   readonly code = ErrorCode.PROVISIONER_UNCONFIRMED;
   readonly retryable = false;
+}
+
+/**
+ * A 404 or 410 ("no such sandbox") from a base URL that is not known to be the provisioner: its
+ * `GET /api/sandboxes` did not answer with a listing (contract v1.2, section 3). A web framework
+ * answers a route it does not serve with a JSON 404 of its own (FastAPI: `{"detail":"Not
+ * Found"}`), so with SANDBOX_PROVISIONER_URL one path segment off, every DELETE hears a 404 that
+ * looks like the provisioner's; read as "gone", every fence would clear while every sandbox lives.
+ * No retry can fix a wrong URL: dead-lettered at once, with a reason that names the URL and what
+ * its listing answered.
+ */
+export class ProvisionerUrlUnverifiedError extends CleanupError {
+  readonly code = ErrorCode.PROVISIONER_URL_UNVERIFIED;
+  readonly retryable = false;
+}
+
+/**
+ * 401: the provisioner refused the bearer token (or asked for one and none is configured), also
+ * after the token was read once more. Retryable, as the database's DATABASE_AUTH_FAILED: a token
+ * rotated at the provisioner before its parameter (or the other way round) heals within the
+ * retries, and a token that never heals dead-letters with this code once the retries run out.
+ * The request was refused before it acted, so nothing of it can still act.
+ */
+export class ProvisionerAuthenticationError extends CleanupError {
+  readonly code = ErrorCode.PROVISIONER_AUTH_FAILED;
+  readonly retryable = true;
 }
 
 /**

@@ -1,12 +1,12 @@
 import type { Context } from 'aws-lambda';
-import { type CleanupConfig, requireProvisionerUrl } from '../adapters/config.ts';
+import type { CleanupConfig } from '../adapters/config.ts';
 import type { Database } from '../adapters/database.ts';
 import { deployedInfrastructure } from '../adapters/deployed-infrastructure.ts';
 import type { ComposedFunction, Infrastructure } from '../adapters/infrastructure.ts';
 import { lambdaEntry } from '../adapters/lambda.ts';
 import { MetricName } from '../adapters/metric-names.ts';
 import type { Telemetry } from '../adapters/observability.ts';
-import { ProvisionerClient } from '../adapters/provisioner-client.ts';
+import { openProvisionerClient } from '../adapters/open-provisioner.ts';
 import { isCleanupError } from '../cleanup/errors.ts';
 import {
   type ReclaimEvent,
@@ -166,10 +166,9 @@ export async function composeReclaimer(
   infrastructure: Infrastructure,
 ): Promise<ComposedFunction<unknown, ReclaimerResult>> {
   const { config } = infrastructure;
-  const provisionerUrl = requireProvisionerUrl(config);
   const telemetry = infrastructure.telemetry('reclaimer');
+  const client = await openProvisionerClient(infrastructure, telemetry);
   const db = await infrastructure.database('reclaimer', telemetry);
-  const client = new ProvisionerClient(provisionerUrl);
   const provider = new SandboxProvider({
     client,
     releaseLockTimeoutMs: config.releaseLockTimeoutSeconds * 1000,

@@ -1,6 +1,6 @@
 import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { type ConsumerDependencies, createSqsConsumer } from '../adapters/batch.ts';
-import { type CleanupConfig, requireProvisionerUrl } from '../adapters/config.ts';
+import type { CleanupConfig } from '../adapters/config.ts';
 import type { Database } from '../adapters/database.ts';
 import { MAX_RESTARTS, nextRestart } from '../adapters/deferral.ts';
 import { deployedInfrastructure } from '../adapters/deployed-infrastructure.ts';
@@ -8,6 +8,7 @@ import type { ComposedFunction, Infrastructure } from '../adapters/infrastructur
 import { lambdaEntry, type SqsHandler } from '../adapters/lambda.ts';
 import { parseMessage, ReleaseCommand } from '../adapters/messages.ts';
 import { MetricName } from '../adapters/metric-names.ts';
+import { openProvisionerClient } from '../adapters/open-provisioner.ts';
 import { ProvisionerClient } from '../adapters/provisioner-client.ts';
 import { announceRunFinished, publishFinalize } from '../adapters/publish.ts';
 import { QueueName } from '../adapters/queues.ts';
@@ -193,10 +194,13 @@ export function createReleaseHandler(
   );
 }
 
-/** The provider over a real HTTP client to the provisioner, with the configured bounds. */
-export function createProvider(config: CleanupConfig, provisionerUrl: string): SandboxProvider {
+/** The provider over a real HTTP client to the provisioner (or its URL), with the configured bounds. */
+export function createProvider(
+  config: CleanupConfig,
+  provisioner: string | ProvisionerClient,
+): SandboxProvider {
   return new SandboxProvider({
-    client: new ProvisionerClient(provisionerUrl),
+    client: typeof provisioner === 'string' ? new ProvisionerClient(provisioner) : provisioner,
     releaseLockTimeoutMs: config.releaseLockTimeoutSeconds * 1000,
     provisionerDeleteTimeoutMs: config.provisionerDeleteTimeoutSeconds * 1000,
   });
@@ -210,10 +214,10 @@ export async function composeRelease(
   infrastructure: Infrastructure,
 ): Promise<ComposedFunction<SQSEvent, SQSBatchResponse>> {
   const { config, maxReceiveCounts } = infrastructure;
-  const provisionerUrl = requireProvisionerUrl(config);
   const telemetry = infrastructure.telemetry('release');
+  // SANDBOX_PROVISIONER_URL validated and the token read (deployed: from SSM) before anything else.
+  const provider = createProvider(config, await openProvisionerClient(infrastructure, telemetry));
   const db = await infrastructure.database('release', telemetry);
-  const provider = createProvider(config, provisionerUrl);
   const handler = createReleaseHandler({
     config,
     db,

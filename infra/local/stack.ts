@@ -11,6 +11,7 @@ import { type Database, openDatabase } from '../../functions/adapters/database.t
 import { FUNCTION_LOG_NAMES, type Infrastructure } from '../../functions/adapters/infrastructure.ts';
 import { withObservability } from '../../functions/adapters/lambda.ts';
 import { createTelemetry, type Telemetry } from '../../functions/adapters/observability.ts';
+import { provisionerTokenSource } from '../../functions/adapters/provisioner-token.ts';
 import {
   createQueues,
   createSqsClient,
@@ -119,6 +120,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   const config = loadConfig(options.env ?? process.env);
   // Given only the deployed functions' parameter, the stack would quietly use embedded PostgreSQL.
   if (options.databaseUrl === undefined) refuseParameterWithoutUrl(config);
+  // SANDBOX_PROVISIONER_TOKEN as is; its deployed parameter alone is refused (the stack reads no SSM).
+  const provisionerToken = provisionerTokenSource(config);
   const dataDir = resolve(options.dataDir ?? '.data');
   const cleanups: Array<() => Promise<void>> = [];
   const stopAll = async () => {
@@ -184,6 +187,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
         ...(options.provisionerGraceMs !== undefined ? { graceMs: options.provisionerGraceMs } : {}),
         ...(options.provisionerMode !== undefined ? { mode: options.provisionerMode } : {}),
         ...(options.provisionerAuditLimit !== undefined ? { auditLimit: options.provisionerAuditLimit } : {}),
+        // With SANDBOX_PROVISIONER_TOKEN set, the built-in provisioner requires it on every request.
+        ...(config.provisionerToken !== undefined ? { token: config.provisionerToken } : {}),
       });
       cleanups.push(() => provisioner!.stop());
       provisionerUrl = provisioner.url;
@@ -217,6 +222,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       telemetry: (functionKey) => telemetry[functionKey],
       database: async () => db,
       queues: () => queues,
+      provisionerToken: () => provisionerToken,
       maxReceiveCounts,
     };
     const composed = {

@@ -34,6 +34,7 @@ const EXTRA_DIMENSIONS = {
   SandboxesReclaimed: ['reason'],
   ReclaimRefused: ['reason'],
   OldestLeakAge: [],
+  ProvisionerUrlUnverified: [],
 };
 
 const WIDTH = 24;
@@ -138,6 +139,9 @@ function dashboardResources({ stage, service, alarmLogicalIds }) {
       [search(M.RECLAIM_REFUSED, 'Sum', '')],
     ]),
     graph('Reclaimer: oldest open leak (s)', [[search(M.OLDEST_LEAK_AGE, 'Maximum', 'oldest leak')]]),
+    graph('Deletes refused: SANDBOX_PROVISIONER_URL is not the provisioner', [
+      [search(M.PROVISIONER_URL_UNVERIFIED, 'Sum', '')],
+    ]),
     graph('Dead-lettered by queue and reason', [[search(M.DEAD_LETTERED, 'Sum', '')]]),
     graph('Retries scheduled by queue and errorCode', [[search(M.RETRY_SCHEDULED, 'Sum', '')]]),
     graph('Records per invocation', [[search(M.RECORDS_RECEIVED, 'Average', '')]]),

@@ -20,8 +20,9 @@ import { createOpsContext } from '../../infra/ops/context.ts';
 import { runChild } from '../support/child-process.ts';
 import { useSqsFixture } from '../support/fixtures.ts';
 import { PROJECT_ROOT } from '../support/packaged-template.ts';
+import { overrideProcessEnv } from '../support/process-env.ts';
 import { sqsRecord } from '../support/sqs-record.ts';
-import { type LocalSsm, startLocalSsm } from '../support/ssm-server.ts';
+import { type LocalSsm, SDK_ENV, startLocalSsm } from '../support/ssm-server.ts';
 
 /**
  * The deployed functions read DATABASE_URL from an SSM SecureString at cold start, keep it for the
@@ -40,14 +41,7 @@ let postgres: EmbeddedPostgresHandle;
 let postgresDir: string;
 let admin: Database;
 let wsProxy: string;
-const savedEnv: Record<string, string | undefined> = {};
-
-/** The SDK reads its endpoint override, credentials and region from the process environment. */
-const SDK_ENV = {
-  AWS_REGION: 'us-east-1',
-  AWS_ACCESS_KEY_ID: 'test-access-key',
-  AWS_SECRET_ACCESS_KEY: 'test-secret-key',
-} as const;
+let restoreEnv: (() => void) | undefined;
 
 beforeAll(async () => {
   ({ wsProxy } = inject('database'));
@@ -64,17 +58,11 @@ beforeAll(async () => {
   await admin.query(`CREATE ROLE ${ROLE} LOGIN PASSWORD 'alpha-password'`);
   await admin.query(`GRANT ALL ON ALL TABLES IN SCHEMA public TO ${ROLE}`);
   await admin.query(`GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO ${ROLE}`);
-  for (const [name, value] of Object.entries({ ...SDK_ENV, AWS_ENDPOINT_URL_SSM: ssm.endpoint })) {
-    savedEnv[name] = process.env[name];
-    process.env[name] = value;
-  }
+  restoreEnv = overrideProcessEnv({ ...SDK_ENV, AWS_ENDPOINT_URL_SSM: ssm.endpoint });
 });
 
 afterAll(async () => {
-  for (const [name, value] of Object.entries(savedEnv)) {
-    if (value === undefined) delete process.env[name];
-    else process.env[name] = value;
-  }
+  restoreEnv?.();
   await admin?.end();
   await postgres?.stop();
   if (postgresDir) await rm(postgresDir, { recursive: true, force: true });

@@ -32,9 +32,17 @@ afterEach(async () => {
 
 const REQUEST = { sandboxId: 'sbx-live', generation: 3, deleteTimeoutMs: 5_000 };
 
-/** A real HTTP server that answers every request with this status, headers and body. */
+/**
+ * A real HTTP server that answers every DELETE with this status, headers and body, and its listing
+ * as the provisioner's: a 404 counts only from a base URL whose listing answers (contract v1.2
+ * section 3; provisioner-verification.test.ts), and these tests are about the DELETE's answer.
+ */
 async function answering(status: number, headers: Record<string, string>, body: string): Promise<string> {
-  const server = createServer((_request, response) => {
+  const server = createServer((request, response) => {
+    if (request.method === 'GET' && request.url === '/api/sandboxes') {
+      response.writeHead(200, JSON_TYPE).end(JSON.stringify({ sandboxes: [], count: 0 }));
+      return;
+    }
     response.writeHead(status, headers);
     response.end(body);
   });

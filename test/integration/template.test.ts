@@ -428,6 +428,23 @@ describe('alarms', () => {
     expect(cfn.alarmOnQueue('ApproximateAgeOfOldestMessage', 'runtime-release.fifo')).toBeDefined();
   });
 
+  it('page at the first DELETE refused because SANDBOX_PROVISIONER_URL is not the provisioner, from either function', () => {
+    const [, alarm] =
+      cfn
+        .alarms()
+        .find(([, candidate]) =>
+          cfn.customMetricsOfAlarm(candidate).includes(MetricName.PROVISIONER_URL_UNVERIFIED),
+        ) ?? [];
+    expect(alarm).toMatchObject({
+      Threshold: 0,
+      ComparisonOperator: 'GreaterThanThreshold',
+      EvaluationPeriods: 1,
+    });
+    // Summed over every function that emits it (release and reclaimer), not one series.
+    const [query] = alarm!.Metrics as Array<{ Expression: string }>;
+    expect(query!.Expression).not.toContain('function');
+  });
+
   it('page when reclaim runs are refused and when a leak outlives its grace by three intervals', () => {
     const byMetric = new Map(
       cfn

@@ -125,7 +125,9 @@ export async function runDemo(options: DemoOptions, control: DemoControl): Promi
     throwIfAborted(control.signal);
 
     const provisioner = stack.provisioner;
-    const platform = new PlatformSimulator(services.platformDb, stack.queues, stack.provisionerUrl);
+    const platform = new PlatformSimulator(services.platformDb, stack.queues, stack.provisionerUrl, {
+      token: stack.config.provisionerToken,
+    });
     workload = new Workload({
       runs: options.runs,
       leaks: demoLeaks(options.runs),
@@ -175,6 +177,7 @@ export async function runDemo(options: DemoOptions, control: DemoControl): Promi
       leaked: workload.leaked,
       provisioner: stack.provisioner,
       provisionerUrl: stack.provisionerUrl,
+      provisionerToken: stack.config.provisionerToken,
       sqs: stack.sqs,
       createdQueues: stack.createdQueues,
     });
@@ -355,7 +358,11 @@ async function converge(input: {
     const logged = model.snapshot().fences;
     // The leaked sandboxes are the reclaimer's: converged once it has deleted every one of them.
     const leaksLive = await liveSandboxIds(
-      { provisioner: stack.provisioner, provisionerUrl: stack.provisionerUrl },
+      {
+        provisioner: stack.provisioner,
+        provisionerUrl: stack.provisionerUrl,
+        provisionerToken: stack.config.provisionerToken,
+      },
       leaked.map((leak) => leak.sandboxId),
     );
     if (pending.length === 0 && logged.pending === 0 && leaksLive.length === 0) return Date.now();

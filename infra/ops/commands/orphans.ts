@@ -3,8 +3,9 @@
  * against the database exactly as a reclaim run would, and shows what would be reclaimed now and
  * why, and what is leaked but still waiting (and for what). Records nothing, deletes nothing.
  */
-import { requireProvisionerUrl } from '../../../functions/adapters/config.ts';
-import { ProvisionerClient } from '../../../functions/adapters/provisioner-client.ts';
+import { openProvisionerClient } from '../../../functions/adapters/open-provisioner.ts';
+import type { ProvisionerClient } from '../../../functions/adapters/provisioner-client.ts';
+import { provisionerTokenSource } from '../../../functions/adapters/provisioner-token.ts';
 import { type ClassifiedSandbox, planOrphans, type ReclaimPlan } from '../../../functions/cleanup/reclaim.ts';
 import { ReclaimRefusal, ReclaimRefusedError } from '../../../functions/cleanup/reclaim-listing.ts';
 import { reclaimSettings } from '../../../functions/reclaimer/handler.ts';
@@ -73,9 +74,14 @@ export function refusedOutput(error: ReclaimRefusedError): CommandOutput {
   };
 }
 
-/** The provisioner the functions use; the CLI requires it (it has no built-in one to fall back to). */
-export function opsProvisioner(context: OpsContext): ProvisionerClient {
-  return new ProvisionerClient(requireProvisionerUrl(context.config));
+/**
+ * The provisioner the functions use; the CLI requires it (it has no built-in one to fall back to),
+ * with SANDBOX_PROVISIONER_TOKEN when set (its deployed parameter alone is refused, with the way to
+ * export it).
+ */
+export function opsProvisioner(context: OpsContext): Promise<ProvisionerClient> {
+  const { config } = context;
+  return openProvisionerClient({ config, provisionerToken: () => provisionerTokenSource(config) });
 }
 
 export const orphansCommand: Command = {
@@ -88,7 +94,7 @@ export const orphansCommand: Command = {
   options: {},
   async run(_input, context) {
     const db = await context.database();
-    const client = opsProvisioner(context);
+    const client = await opsProvisioner(context);
     try {
       const plan = await planOrphans({ db, lister: client }, reclaimSettings(context.config));
       return {

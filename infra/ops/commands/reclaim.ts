@@ -38,7 +38,7 @@ export const reclaimCommand: Command = {
   },
   async run(input, context) {
     const db = await context.database();
-    const client = opsProvisioner(context);
+    const client = await opsProvisioner(context);
     const settings = reclaimSettings(context.config);
     try {
       if (input.options.yes !== true) {

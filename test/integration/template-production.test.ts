@@ -303,10 +303,17 @@ describe('the connection budget', () => {
 
   it('refuses to package, naming each share, when the functions could open more than DATABASE_MAX_CONNECTIONS', async () => {
     const total = connectionBudget(CONFIG_DEFAULTS.DATABASE_MAX_CONNECTIONS).total;
-    const run = await runPackage(['--stage', STAGE, '--package', join(workDir, 'over-budget')], {
-      home,
-      env: { DATABASE_MAX_CONNECTIONS: String(total - 1) },
-    });
+    const run = await runPackage(
+      [
+        '--stage',
+        STAGE,
+        '--package',
+        join(workDir, 'over-budget'),
+        '--param',
+        `DATABASE_MAX_CONNECTIONS=${total - 1}`,
+      ],
+      { home },
+    );
     expect(run.code).not.toBe(0);
     expect(run.output).toContain(
       `DATABASE_MAX_CONNECTIONS="${total - 1}" is invalid: must be at least what the functions can open together`,

@@ -3,7 +3,9 @@
  * versions side by side put two copies of commons in every bundle (logger and metrics at 2.36.0
  * beside batch at 2.35.0 did), each with its own idea of the invocation's context.
  */
+import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
+import { createRequire } from 'node:module';
 import { describe, expect, it } from 'vitest';
 
 const root = new URL('../../', import.meta.url);
@@ -32,8 +34,8 @@ describe('Powertools for AWS Lambda', () => {
 /**
  * A dependency nothing uses still costs an install, a lockfile entry and a supply-chain surface
  * (sqs-consumer sat in devDependencies, imported nowhere, after the local event source replaced
- * it). Used means: imported or required by a tracked source file, run by a script in package.json,
- * or loaded by serverless.yml as a plugin. The few used otherwise say how.
+ * it). Used means: imported or required by a source file of the repository, run by a script in package.json,
+ * or loaded by serverless.yml as a plugin (infra/serverless/plugins.cjs). The few used otherwise say how.
  */
 describe('dependencies', () => {
   const USED_OTHERWISE: Record<string, string> = {
@@ -48,12 +50,16 @@ describe('dependencies', () => {
     const { execFileSync } = await import('node:child_process');
     const manifest = await json('package.json');
     const names = Object.keys({ ...manifest.dependencies, ...manifest.devDependencies });
-    const files = execFileSync('git', ['ls-files', '*.ts', '*.cjs', '*.mjs', '*.js', 'serverless.yml'], {
-      cwd: root,
-      encoding: 'utf8',
-    })
+    const files = execFileSync(
+      'git',
+      ['ls-files', '--cached', '--others', '--exclude-standard', '*.ts', '*.cjs', '*.mjs', '*.js'],
+      {
+        cwd: root,
+        encoding: 'utf8',
+      },
+    )
       .split('\n')
-      .filter(Boolean);
+      .filter((file) => file !== '' && existsSync(new URL(file, root)));
     const sources = await Promise.all(files.map((file) => readFile(new URL(file, root), 'utf8')));
     const specifiers = new Set<string>();
     for (const source of sources) {
@@ -64,8 +70,11 @@ describe('dependencies', () => {
         specifiers.add(match[1]!.startsWith('@') ? parts.slice(0, 2).join('/') : parts[0]!);
       }
     }
-    const serverless = await readFile(new URL('serverless.yml', root), 'utf8');
-    const plugins = new Set([...serverless.matchAll(/^\s+- (serverless-[\w-]+)\s*$/gm)].map((m) => m[1]!));
+    // serverless.yml's plugins, as infra/serverless/plugins.cjs lists them for each kind of stage.
+    const { pluginsFor } = createRequire(import.meta.url)('../../infra/serverless/plugins.cjs') as {
+      pluginsFor: (stage: string) => string[];
+    };
+    const plugins = new Set(['dev', 'local'].flatMap((stage) => pluginsFor(stage)));
     const scripts = Object.values(manifest.scripts as Record<string, string>).join('\n');
     const lock = await json('package-lock.json');
     const binaries = (name: string): string[] => {

@@ -271,6 +271,28 @@ describe('each function carries only what it uses', () => {
   });
 });
 
+describe('bundle size', () => {
+  /** Bytes of a bundle that come from one package, by esbuild's `// <source path>` markers. */
+  function bytesFrom(bundle: string, packageName: string): number {
+    const marks = [...bundle.matchAll(/^\/\/ (\S+\.(?:[cm]?[jt]s|json))$/gm)];
+    let bytes = 0;
+    marks.forEach((mark, index) => {
+      if (!mark[1]!.startsWith(`node_modules/${packageName}/`)) return;
+      const end = marks[index + 1]?.index ?? bundle.length;
+      bytes += Buffer.byteLength(bundle.slice(mark.index, end));
+    });
+    return bytes;
+  }
+
+  it('carries zod’s tree-shaken mini build: under 150 KB of each bundle (the classic build was 786 KB of every one)', () => {
+    for (const key of FUNCTION_KEYS) {
+      const zod = bytesFrom(bundles.get(key)!, 'zod');
+      expect(zod, key).toBeGreaterThan(0);
+      expect(zod, key).toBeLessThan(150_000);
+    }
+  });
+});
+
 describe('the connection budget', () => {
   it('bounds every function’s concurrency, from infra/queues.json', () => {
     for (const key of ['fenceCheck', 'release', 'finalize'] as const) {

@@ -17,8 +17,8 @@ import {
   type CfnTemplate,
   comparableTemplate,
   differingArtifacts,
-  PROJECT_ROOT,
   type PackagedService,
+  PROJECT_ROOT,
   packageService,
 } from '../support/packaged-template.ts';
 import { TemplateQueries } from '../support/template-queries.ts';

@@ -124,6 +124,11 @@ export class PlatformSimulator {
       workerId?: string;
       upsert?: SandboxUpsert;
       crashBeforeRecording?: boolean;
+      /**
+       * Record this sandbox instead of creating one at the provisioner (the smoke check against a
+       * stage whose provisioner this machine cannot reach: the release's DELETE then finds it gone).
+       */
+      recordedSandbox?: { sandboxId: string; generation: number };
     } = {},
   ): Promise<(AdmittedRun & { leakedSandboxId?: string }) | undefined> {
     const runId = `run-${randomUUID()}`;
@@ -146,7 +151,9 @@ export class PlatformSimulator {
       leakedSandboxId = `sbx-${scope.runtimeScopeId}-lost-${randomUUID().slice(0, 8)}`;
       await this.#createAtProvisioner(scope, leakedSandboxId);
     }
-    const sandbox = await this.acquireSandbox(scope, options.upsert);
+    const sandbox = options.recordedSandbox
+      ? await this.recordSandbox(scope, options.recordedSandbox, options.upsert)
+      : await this.acquireSandbox(scope, options.upsert);
     return { runId, scope, ...sandbox, ...(leakedSandboxId ? { leakedSandboxId } : {}) };
   }
 
@@ -157,6 +164,16 @@ export class PlatformSimulator {
   ): Promise<{ sandboxId: string; generation: number }> {
     const sandboxId = `sbx-${scope.runtimeScopeId}`;
     const generation = await this.#createAtProvisioner(scope, sandboxId);
+    return this.recordSandbox(scope, { sandboxId, generation }, upsert);
+  }
+
+  /** Records the scope's sandbox and generation, as the platform does once the provisioner made it. */
+  async recordSandbox(
+    scope: ScopeRef,
+    sandbox: { sandboxId: string; generation: number },
+    upsert: SandboxUpsert = 'resets-released',
+  ): Promise<{ sandboxId: string; generation: number }> {
+    const { sandboxId, generation } = sandbox;
     // An upsert: the same row whether it runs once or twice.
     const values = [scope.uid, scope.runtimeScopeId, sandboxId, generation];
     if (upsert === 'keeps-released-bypassing-triggers') {

@@ -147,10 +147,17 @@ describe('npm run package', () => {
   });
 
   it('refuses to package a release timeout that does not outlive SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS', async () => {
-    const run = await runPackage(['--stage', STAGE, '--package', join(workDir, 'refused')], {
-      home: join(workDir, 'home'),
-      env: { SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS: String(FUNCTION_DEFINITIONS.release.timeoutSeconds) },
-    });
+    const run = await runPackage(
+      [
+        '--stage',
+        STAGE,
+        '--package',
+        join(workDir, 'refused'),
+        '--param',
+        `SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS=${FUNCTION_DEFINITIONS.release.timeoutSeconds}`,
+      ],
+      { home: join(workDir, 'home') },
+    );
     expect(run.code).not.toBe(0);
     expect(run.output).toContain(
       `functions.release.timeoutSeconds (${FUNCTION_DEFINITIONS.release.timeoutSeconds}) must be at least SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS`,
@@ -158,10 +165,17 @@ describe('npm run package', () => {
   });
 
   it('refuses database timeouts that a hung database would make outlive a consumer’s deadline', async () => {
-    const run = await runPackage(['--stage', STAGE, '--package', join(workDir, 'refused-database')], {
-      home: join(workDir, 'home'),
-      env: { DATABASE_QUERY_TIMEOUT_MS: '40000' },
-    });
+    const run = await runPackage(
+      [
+        '--stage',
+        STAGE,
+        '--package',
+        join(workDir, 'refused-database'),
+        '--param',
+        'DATABASE_QUERY_TIMEOUT_MS=40000',
+      ],
+      { home: join(workDir, 'home') },
+    );
     expect(run.code).not.toBe(0);
     expect(run.output).toContain(
       `functions.fenceCheck.timeoutSeconds (${FUNCTION_DEFINITIONS.fenceCheck.timeoutSeconds}) must be at least DATABASE_CONNECT_TIMEOUT_MS + DATABASE_QUERY_TIMEOUT_MS + the report margin (50 s)`,
@@ -169,10 +183,17 @@ describe('npm run package', () => {
   });
 
   it('refuses a configuration value the functions would refuse at cold start, naming it', async () => {
-    const run = await runPackage(['--stage', STAGE, '--package', join(workDir, 'refused-config')], {
-      home: join(workDir, 'home'),
-      env: { CLEANUP_RETRY_BASE_SECONDS: 'ten' },
-    });
+    const run = await runPackage(
+      [
+        '--stage',
+        STAGE,
+        '--package',
+        join(workDir, 'refused-config'),
+        '--param',
+        'CLEANUP_RETRY_BASE_SECONDS=ten',
+      ],
+      { home: join(workDir, 'home') },
+    );
     expect(run.code).not.toBe(0);
     expect(run.output).toContain('CLEANUP_RETRY_BASE_SECONDS="ten" is invalid: must be a positive integer');
   });

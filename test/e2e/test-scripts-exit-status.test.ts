@@ -12,8 +12,16 @@ import { describe, expect, inject, it } from 'vitest';
 import { type ChildRun, runChild } from '../support/child-process.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const SCRIPTS = ['test', 'test:unit', 'test:integration', 'test:e2e', 'test:chaos'] as const;
-const TIERS = { 'test:unit': 1, 'test:integration': 1, 'test:e2e': 1, 'test:chaos': 1, test: 4 } as const;
+const SCRIPTS = ['test', 'test:unit', 'test:integration', 'test:e2e', 'test:chaos', 'test:tcp'] as const;
+const TIERS = {
+  'test:unit': 1,
+  'test:integration': 1,
+  'test:e2e': 1,
+  'test:chaos': 1,
+  // Integration and e2e over the tcp driver.
+  'test:tcp': 2,
+  test: 4,
+} as const;
 const CHILD_TIMEOUT_MS = 120_000;
 
 type Mode = 'embedded PostgreSQL' | 'DATABASE_URL';

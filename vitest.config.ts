@@ -11,15 +11,19 @@
  *   and python3-uvicorn, which a new clone may lack: `npm test` leaves it out, `.ci/run` installs
  *   them and runs `npm run test:platform` after the other tiers.
  *
- * All but unit share one PostgreSQL per run (test/support/global-setup.ts).
+ * All but unit share one PostgreSQL per run (test/support/global-setup.ts), and one driver:
+ * DATABASE_DRIVER, else neon (test/support/suite-driver.ts), set in their workers' environment so
+ * that every command a test starts inherits it. `npm run test:tcp` runs integration and e2e over tcp.
  *
  * RUNTIME_CLEANUP_TEST_FIXTURE=<name> swaps every tier's tests for the fixture files
  * test/fixtures/<name>/<tier>.test.ts: the exit-status check runs the real scripts on a fixture
  * that is known to fail (or to pass) and expects their exit status. Normal runs never include them.
  */
 import { defineConfig } from 'vitest/config';
+import { suiteDriver } from './test/support/suite-driver.ts';
 
 const DATABASE_SETUP = ['test/support/global-setup.ts'];
+const DATABASE_ENV = { DATABASE_DRIVER: suiteDriver() };
 const fixture = process.env.RUNTIME_CLEANUP_TEST_FIXTURE;
 
 function tier(
@@ -30,6 +34,7 @@ function tier(
     setupFiles?: string[];
     sequence?: { groupOrder: number };
     fileParallelism?: boolean;
+    env?: Record<string, string>;
   } = {},
 ) {
   return {
@@ -46,8 +51,11 @@ export default defineConfig({
   test: {
     projects: [
       tier('unit', ['test/unit/**/*.test.ts'], { setupFiles: ['test/support/no-network.ts'] }),
-      tier('integration', ['test/integration/**/*.test.ts'], { globalSetup: DATABASE_SETUP }),
-      tier('e2e', ['test/e2e/**/*.test.ts'], { globalSetup: DATABASE_SETUP }),
+      tier('integration', ['test/integration/**/*.test.ts'], {
+        globalSetup: DATABASE_SETUP,
+        env: DATABASE_ENV,
+      }),
+      tier('e2e', ['test/e2e/**/*.test.ts'], { globalSetup: DATABASE_SETUP, env: DATABASE_ENV }),
       // After the other tiers, on a machine of its own, one file at a time: the chaos suite checks
       // a convergence bound in seconds, which holds on two cores shared with one engine's 20 runs,
       // not with every e2e stack of the other tiers (seen: 23 s), nor with the second engine of
@@ -56,10 +64,11 @@ export default defineConfig({
       // 13–17 s).
       tier('chaos', ['test/chaos/**/*.test.ts'], {
         globalSetup: DATABASE_SETUP,
+        env: DATABASE_ENV,
         sequence: { groupOrder: 1 },
         fileParallelism: false,
       }),
-      tier('platform', ['test/platform/**/*.test.ts'], { globalSetup: DATABASE_SETUP }),
+      tier('platform', ['test/platform/**/*.test.ts'], { globalSetup: DATABASE_SETUP, env: DATABASE_ENV }),
     ],
     pool: 'forks',
     // Two cores: more workers only add contention to timing-sensitive lock tests.

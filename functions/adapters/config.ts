@@ -1,3 +1,9 @@
+import {
+  DATABASE_DRIVERS,
+  type DatabaseDriver,
+  isDatabaseDriver,
+  NEON_HOST_SUFFIXES,
+} from './database-driver.ts';
 import { ConfigError } from './errors.ts';
 import { REDACTED, redactConnectionString } from './redact.ts';
 
@@ -15,6 +21,11 @@ export interface CleanupConfig {
   databaseUrlParameter: string | undefined;
   /** `host:port` of a local WebSocket bridge for the Neon driver; unset in deployment. */
   databaseWsProxy: string | undefined;
+  /**
+   * DATABASE_DRIVER as set. Unset means "by the URL's host" (database-driver.ts), decided where the
+   * URL is known: deployed, it is read from SSM after this.
+   */
+  databaseDriver: DatabaseDriver | undefined;
   /**
    * As given, not yet validated: only the release function calls the provisioner, so only it (and
    * the local stack) validates it, with `requireProvisionerUrl`. A bad value must not stop the
@@ -249,6 +260,7 @@ export function loadConfig(env: Env = process.env): CleanupConfig {
     databaseUrl,
     databaseUrlParameter,
     databaseWsProxy: env.DATABASE_WS_PROXY?.trim() || undefined,
+    databaseDriver: optionalDatabaseDriver(env),
     provisionerUrl: env.SANDBOX_PROVISIONER_URL?.trim() || undefined,
     ...provisionerTokenSettings(env),
     releaseLockTimeoutSeconds,
@@ -270,6 +282,21 @@ export function loadConfig(env: Env = process.env): CleanupConfig {
     databaseQueryTimeoutMs,
     databaseMaxConnections: positiveInteger(env, 'DATABASE_MAX_CONNECTIONS'),
   };
+}
+
+/** DATABASE_DRIVER: `neon` or `tcp`, as written (a driver's name, not a word to guess at). */
+function optionalDatabaseDriver(env: Env): DatabaseDriver | undefined {
+  const raw = env.DATABASE_DRIVER;
+  if (raw === undefined || raw.trim() === '') return undefined;
+  const value = raw.trim();
+  if (!isDatabaseDriver(value)) {
+    throw new ConfigError(
+      'DATABASE_DRIVER',
+      raw,
+      `must be ${DATABASE_DRIVERS.map((name) => `'${name}'`).join(' or ')} (unset: 'neon' for a DATABASE_URL on Neon's hosts, *${NEON_HOST_SUFFIXES.join(' or *')}, 'tcp' for any other)`,
+    );
+  }
+  return value;
 }
 
 /** SSM's rule for parameter names (letters, digits, `_.-/`), or the parameter's ARN. */

@@ -37,6 +37,8 @@ export function deployedInfrastructure(
       return openDatabase({
         url: await urlSource.current(),
         rereadUrl: () => urlSource.reread(),
+        // Unset, the URL read from SSM decides by its host (database-driver.ts).
+        driver: config.databaseDriver,
         ...(config.databaseWsProxy ? { wsProxy: config.databaseWsProxy } : {}),
         maxConnections: databasePoolSize(functionKey),
         lockTimeoutMs: config.databaseLockTimeoutMs,

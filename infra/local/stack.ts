@@ -8,6 +8,7 @@ import {
   validProvisionerUrl,
 } from '../../functions/adapters/config.ts';
 import { type Database, openDatabase } from '../../functions/adapters/database.ts';
+import type { DatabaseDriver } from '../../functions/adapters/database-driver.ts';
 import { FUNCTION_LOG_NAMES, type Infrastructure } from '../../functions/adapters/infrastructure.ts';
 import { withObservability } from '../../functions/adapters/lambda.ts';
 import { createTelemetry, type Telemetry } from '../../functions/adapters/observability.ts';
@@ -26,6 +27,7 @@ import { composeRelease } from '../../functions/release/handler.ts';
 import { composeSweeper } from '../../functions/sweeper/handler.ts';
 import type { SweepResult } from '../../functions/sweeper/sweep.ts';
 import { migrate } from '../migrate.ts';
+import { localConnection } from './database.ts';
 import { startDatabaseBridge } from './db-bridge.ts';
 import { startEmbeddedPostgres } from './embedded-postgres.ts';
 import {
@@ -56,7 +58,11 @@ export interface StackOptions {
   env?: Readonly<Record<string, string | undefined>>;
   /** Overrides DATABASE_URL. */
   databaseUrl?: string;
-  /** A running WebSocket bridge (`host:port`); one is started otherwise. */
+  /**
+   * A running WebSocket bridge (`host:port`) for the `neon` driver; else DATABASE_WS_PROXY, else
+   * one the stack starts for a loopback URL. The `tcp` driver (DATABASE_DRIVER, or a loopback URL's
+   * default) needs none and starts none.
+   */
   wsProxy?: string;
   /** Port of the in-process SQS emulator: 4566 by contract, 0 in tests. */
   sqsPort?: number;
@@ -97,6 +103,8 @@ export interface Stack {
   sqs: SQSClient;
   sqsEndpoint: string;
   databaseUrl: string;
+  /** The driver the stack's pool uses (DATABASE_DRIVER, else by the URL's host). */
+  databaseDriver: DatabaseDriver;
   provisionerUrl: string;
   /** The built-in provisioner, when SANDBOX_PROVISIONER_URL was not given. */
   provisioner: LocalProvisioner | undefined;
@@ -157,15 +165,18 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       cleanups.push(() => embedded.stop());
       databaseUrl = embedded.url;
     }
-    let wsProxy = options.wsProxy;
-    if (!wsProxy) {
-      const bridge = await startDatabaseBridge();
-      cleanups.push(() => bridge.close());
-      wsProxy = bridge.address;
-    }
+    const connection = await localConnection(
+      databaseUrl,
+      { driver: config.databaseDriver, wsProxy: options.wsProxy ?? config.databaseWsProxy },
+      async () => {
+        const bridge = await startDatabaseBridge();
+        cleanups.push(() => bridge.close());
+        return bridge.address;
+      },
+    );
     const db = await openDatabase({
       url: databaseUrl,
-      wsProxy,
+      ...connection,
       maxConnections: 20,
       lockTimeoutMs: config.databaseLockTimeoutMs,
       statementTimeoutMs: config.databaseStatementTimeoutMs,
@@ -317,6 +328,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       sqs,
       sqsEndpoint,
       databaseUrl,
+      databaseDriver: connection.driver,
       provisionerUrl,
       provisioner,
       createdQueues,

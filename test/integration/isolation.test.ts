@@ -24,9 +24,10 @@ const fixture = useDatabaseFixture();
 let other: Database;
 
 beforeAll(async () => {
-  const { adminUrl, wsProxy } = inject('database');
+  const { adminUrl, driver, wsProxy } = inject('database');
   const admin = await openDatabase({
     url: adminUrl,
+    driver,
     wsProxy,
     lockTimeoutMs: 5_000,
     statementTimeoutMs: 30_000,

@@ -1,6 +1,7 @@
 import { describe, expect, inject, it } from 'vitest';
 import { floorCheck, floorClear } from '../../bench/support/floor-transactions.ts';
 import { type Database, openDatabase, type RoundTripTiming } from '../../functions/adapters/database.ts';
+import { DATABASE_DRIVERS } from '../../functions/adapters/database-driver.ts';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { finalize } from '../../functions/cleanup/finalize.ts';
 import { beginRelease, endRelease, ReleaseGuard } from '../../functions/cleanup/release-guard.ts';
@@ -13,7 +14,9 @@ import { releaseNeeded } from '../support/probes.ts';
  * Issue 15: phase 1, the release guard and phase 3 each hold the scope's advisory lock and the
  * run's row lock for ONE round trip: BEGIN, the bounds, the decision function and COMMIT go in a
  * single message, so the locks are taken and released while the server handles it. Counted in the
- * adapter (every message sent to the server), not estimated.
+ * adapter (every message sent to the server), not estimated. Proven over both drivers in every
+ * run: each must send a multi-statement text as one simple-query message and hand back a result
+ * per statement.
  */
 const fixture = useDatabaseFixture();
 
@@ -37,178 +40,186 @@ async function roundTrips<T>(
   };
 }
 
-describe('one round trip per decision, locks included', () => {
-  it('phase 1, the release guard and phase 3: one message each, one transaction each', async () => {
-    const db = await fixture.t.connect({ maxConnections: 1 });
-    const s = await finishedRootRun(fixture.t.db);
+describe.each(DATABASE_DRIVERS)(
+  'over the %s driver: one round trip per decision, locks included',
+  (driver) => {
+    it('phase 1, the release guard and phase 3: one message each, one transaction each', async () => {
+      const db = await fixture.t.connect({ maxConnections: 1, driver });
+      const s = await finishedRootRun(fixture.t.db);
 
-    const checked = await roundTrips(db, () => fenceCheck(db, s.rootRunId));
-    expect({ trips: checked.trips, transactions: checked.transactions }).toEqual({
-      trips: 1,
-      transactions: 1,
-    });
-    const identity = releaseNeeded(checked.result);
-
-    const target = { ...identity, sandboxId: identity.sandboxId!, generation: identity.generation! };
-    const guarded = await roundTrips(db, () =>
-      beginRelease(db, target, { inFlightSeconds: 60, lockTimeoutMs: 5_000 }),
-    );
-    expect({ trips: guarded.trips, transactions: guarded.transactions }).toEqual({
-      trips: 1,
-      transactions: 1,
-    });
-    if (guarded.result.verdict !== ReleaseGuard.PROCEED) throw new Error(guarded.result.verdict);
-    await endRelease(db, guarded.result.inFlight);
-
-    const finalized = await roundTrips(db, () => finalize(db, identity));
-    expect(finalized.result.outcome).toBe(FinalizeOutcome.CLEARED);
-    expect({ trips: finalized.trips, transactions: finalized.transactions }).toEqual({
-      trips: 1,
-      transactions: 1,
-    });
-  });
-
-  it('the benchmark’s floor: one message each, its lock hold noted as the decisions’ is, the fence cleared', async () => {
-    // The yardstick of issue 15's lock hold (bench/locks, bench/e2e): if its hold were not noted,
-    // the report would show no floor, and if it took more trips, it would not be a floor.
-    const db = await fixture.t.connect({ maxConnections: 1 });
-    const s = await finishedRootRun(fixture.t.db);
-    const timings: RoundTripTiming[] = [];
-    const checked = await roundTrips(db, () => floorCheck(db, s.rootRunId, (t) => timings.push(t)));
-    expect(checked.result).toMatchObject({
-      runId: s.rootRunId,
-      uid: s.uid,
-      runtimeScopeId: s.runtimeScopeId,
-    });
-    const cleared = await roundTrips(db, () => floorClear(db, checked.result, (t) => timings.push(t)));
-    for (const trip of [checked, cleared]) expect([trip.trips, trip.transactions]).toEqual([1, 1]);
-    expect(timings).toHaveLength(2);
-    for (const timing of timings) {
-      expect(timing.lockHeldMs).not.toBeNull();
-      expect(timing.lockHeldMs!).toBeGreaterThanOrEqual(0);
-      expect(timing.lockHeldMs!).toBeLessThanOrEqual(timing.serverMs);
-    }
-    const { rows } = await fixture.t.db.query<{ pending: boolean; released: boolean }>(
-      `SELECT r.runtime_cleanup_pending AS pending, s.released_at IS NOT NULL AS released
-       FROM agent_runs r JOIN sandbox_runtimes s USING (uid, runtime_scope_id) WHERE r.id = $1`,
-      [s.rootRunId],
-    );
-    expect(rows).toEqual([{ pending: false, released: true }]);
-    await expect(floorCheck(db, 'run-that-does-not-exist')).rejects.toThrow('has no sandbox');
-  });
-
-  it('leaves no lock and no open transaction behind once the one message is answered', async () => {
-    const db = await fixture.t.connect({ maxConnections: 1 });
-    const s = await finishedRootRun(fixture.t.db);
-    releaseNeeded(await fenceCheck(db, s.rootRunId));
-    // Same connection (pool of one), next message: had the transaction stayed open, this would be
-    // inside it, holding the scope's advisory lock.
-    // now() is the transaction's start: equal to the statement's own start only outside an older one.
-    const { rows } = await db.query<{ advisory: number; fresh: boolean }>(
-      `SELECT (SELECT count(*)::int FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()) AS advisory,
-              now() = statement_timestamp() AS fresh`,
-    );
-    expect(rows[0]).toEqual({ advisory: 0, fresh: true });
-  });
-
-  it('an observed decision reports its lock hold and the server time, within its round trip, in one trip', async () => {
-    const db = await fixture.t.connect({ maxConnections: 1 });
-    const observed: RoundTripTiming[] = [];
-    const observe = (timing: RoundTripTiming) => observed.push(timing);
-    const s = await finishedRootRun(fixture.t.db);
-    const key = [s.uid, s.runtimeScopeId];
-
-    // Another connection holds the scope's lock for 300 ms: the decision waits most of that for it.
-    // The wait is in the server's time on the message but not in the hold, which starts when the
-    // decision took the lock.
-    const other = await fixture.t.connect({ maxConnections: 1 });
-    // Both connected first: a pool connects on its first query, and a connect inside the 300 ms
-    // (a SCRAM handshake against embedded PostgreSQL: 130 ms alone, more on a busy machine) would
-    // eat into the wait this test measures.
-    await Promise.all([db.query('SELECT 1'), other.query('SELECT 1')]);
-    let locked: () => void = () => {};
-    const lockTaken = new Promise<void>((resolve) => (locked = resolve));
-    const holding = other.withTransaction(async (tx) => {
-      await tx.query('SELECT pg_advisory_xact_lock(runtime_cleanup_lock_key($1::text, $2::text))', key);
-      locked();
-      await tx.query('SELECT pg_sleep(0.3)');
-    });
-    await lockTaken;
-    const trip = await roundTrips(db, () =>
-      db.transact<{ decision: string }>(
-        'SELECT decision FROM runtime_cleanup_fence_check($1::text)',
-        [s.rootRunId],
-        observe,
-      ),
-    );
-    await holding;
-    expect(trip.result.rows[0]?.decision).toBe('release_needed');
-    expect({ trips: trip.trips, transactions: trip.transactions }).toEqual({ trips: 1, transactions: 1 });
-
-    // A statement that takes no decision lock: no hold, only the server's time (60 ms of sleep).
-    await db.transact('SELECT 1 FROM pg_sleep(0.06)', [], observe);
-
-    expect(observed).toHaveLength(2);
-    const [decision, sleep] = observed as [RoundTripTiming, RoundTripTiming];
-    expect(decision.serverMs).toBeLessThanOrEqual(decision.roundTripMs + 1);
-    expect(decision.lockHeldMs).not.toBeNull();
-    expect(decision.lockHeldMs!).toBeGreaterThan(0);
-    // The wait (most of the other's 300 ms; its start depends on when the message arrived) is in
-    // the server's time and not in the hold.
-    expect(decision.serverMs - decision.lockHeldMs!).toBeGreaterThanOrEqual(100);
-    expect(sleep.lockHeldMs).toBeNull();
-    expect(sleep.serverMs).toBeGreaterThanOrEqual(59);
-
-    // The locks ended with the COMMIT before the clock was read, and the noted moment with them.
-    const { rows } = await db.query<{ advisory: number; noted: string | null }>(
-      `SELECT (SELECT count(*)::int FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()) AS advisory,
-              nullif(current_setting('runtime_cleanup.lock_taken_at', true), '') AS noted`,
-    );
-    expect(rows[0]).toEqual({ advisory: 0, noted: null });
-  });
-
-  it('an observed decision reports its own hold when the setting already has a value on the connection', async () => {
-    // `runtime_cleanup.lock_taken_at` is an ordinary placeholder setting: a database or role
-    // default, or a session-level SET left on a server connection that a transaction-mode pooler
-    // hands to the next client, gives it a value before the decision runs. The decision function
-    // keeps a value it finds (the first lock of the transaction wins), so the observed message
-    // would report that value's age as the hold: years for a number, NaN for anything else.
-    for (const stale of ['1000', 'not-a-number']) {
-      await fixture.t.db.query(
-        `ALTER DATABASE "${fixture.t.name}" SET runtime_cleanup.lock_taken_at = '${stale}'`,
-      );
-      // A fresh pool straight to the server (a pooler would hand out server connections made
-      // before the ALTER): new server connections start with the database's default.
-      const db = await openDatabase({
-        url: directUrl(),
-        wsProxy: fixture.t.wsProxy,
-        maxConnections: 1,
-        lockTimeoutMs: 5_000,
-        statementTimeoutMs: 30_000,
+      const checked = await roundTrips(db, () => fenceCheck(db, s.rootRunId));
+      expect({ trips: checked.trips, transactions: checked.transactions }).toEqual({
+        trips: 1,
+        transactions: 1,
       });
-      try {
-        const s = await finishedRootRun(fixture.t.db);
-        const observed: RoundTripTiming[] = [];
-        await db.transact('SELECT decision FROM runtime_cleanup_fence_check($1::text)', [s.rootRunId], (t) =>
-          observed.push(t),
-        );
-        const [timing] = observed as [RoundTripTiming];
+      const identity = releaseNeeded(checked.result);
+
+      const target = { ...identity, sandboxId: identity.sandboxId!, generation: identity.generation! };
+      const guarded = await roundTrips(db, () =>
+        beginRelease(db, target, { inFlightSeconds: 60, lockTimeoutMs: 5_000 }),
+      );
+      expect({ trips: guarded.trips, transactions: guarded.transactions }).toEqual({
+        trips: 1,
+        transactions: 1,
+      });
+      if (guarded.result.verdict !== ReleaseGuard.PROCEED) throw new Error(guarded.result.verdict);
+      await endRelease(db, guarded.result.inFlight);
+
+      const finalized = await roundTrips(db, () => finalize(db, identity));
+      expect(finalized.result.outcome).toBe(FinalizeOutcome.CLEARED);
+      expect({ trips: finalized.trips, transactions: finalized.transactions }).toEqual({
+        trips: 1,
+        transactions: 1,
+      });
+    });
+
+    it('the benchmark’s floor: one message each, its lock hold noted as the decisions’ is, the fence cleared', async () => {
+      // The yardstick of issue 15's lock hold (bench/locks, bench/e2e): if its hold were not noted,
+      // the report would show no floor, and if it took more trips, it would not be a floor.
+      const db = await fixture.t.connect({ maxConnections: 1, driver });
+      const s = await finishedRootRun(fixture.t.db);
+      const timings: RoundTripTiming[] = [];
+      const checked = await roundTrips(db, () => floorCheck(db, s.rootRunId, (t) => timings.push(t)));
+      expect(checked.result).toMatchObject({
+        runId: s.rootRunId,
+        uid: s.uid,
+        runtimeScopeId: s.runtimeScopeId,
+      });
+      const cleared = await roundTrips(db, () => floorClear(db, checked.result, (t) => timings.push(t)));
+      for (const trip of [checked, cleared]) expect([trip.trips, trip.transactions]).toEqual([1, 1]);
+      expect(timings).toHaveLength(2);
+      for (const timing of timings) {
         expect(timing.lockHeldMs).not.toBeNull();
-        expect(Number.isFinite(timing.lockHeldMs)).toBe(true);
         expect(timing.lockHeldMs!).toBeGreaterThanOrEqual(0);
         expect(timing.lockHeldMs!).toBeLessThanOrEqual(timing.serverMs);
-        // The connection's own value is left as it was: the message only shadows it locally.
-        const { rows } = await db.query<{ value: string }>(
-          "SELECT current_setting('runtime_cleanup.lock_taken_at') AS value",
-        );
-        expect(rows[0]!.value).toBe(stale);
-      } finally {
-        await db.end();
-        await fixture.t.db.query(`ALTER DATABASE "${fixture.t.name}" RESET runtime_cleanup.lock_taken_at`);
       }
-    }
-  });
+      const { rows } = await fixture.t.db.query<{ pending: boolean; released: boolean }>(
+        `SELECT r.runtime_cleanup_pending AS pending, s.released_at IS NOT NULL AS released
+       FROM agent_runs r JOIN sandbox_runtimes s USING (uid, runtime_scope_id) WHERE r.id = $1`,
+        [s.rootRunId],
+      );
+      expect(rows).toEqual([{ pending: false, released: true }]);
+      await expect(floorCheck(db, 'run-that-does-not-exist')).rejects.toThrow('has no sandbox');
+    });
 
+    it('leaves no lock and no open transaction behind once the one message is answered', async () => {
+      const db = await fixture.t.connect({ maxConnections: 1, driver });
+      const s = await finishedRootRun(fixture.t.db);
+      releaseNeeded(await fenceCheck(db, s.rootRunId));
+      // Same connection (pool of one), next message: had the transaction stayed open, this would be
+      // inside it, holding the scope's advisory lock.
+      // now() is the transaction's start: equal to the statement's own start only outside an older one.
+      const { rows } = await db.query<{ advisory: number; fresh: boolean }>(
+        `SELECT (SELECT count(*)::int FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()) AS advisory,
+              now() = statement_timestamp() AS fresh`,
+      );
+      expect(rows[0]).toEqual({ advisory: 0, fresh: true });
+    });
+
+    it('an observed decision reports its lock hold and the server time, within its round trip, in one trip', async () => {
+      const db = await fixture.t.connect({ maxConnections: 1, driver });
+      const observed: RoundTripTiming[] = [];
+      const observe = (timing: RoundTripTiming) => observed.push(timing);
+      const s = await finishedRootRun(fixture.t.db);
+      const key = [s.uid, s.runtimeScopeId];
+
+      // Another connection holds the scope's lock for 300 ms: the decision waits most of that for it.
+      // The wait is in the server's time on the message but not in the hold, which starts when the
+      // decision took the lock.
+      const other = await fixture.t.connect({ maxConnections: 1, driver });
+      // Both connected first: a pool connects on its first query, and a connect inside the 300 ms
+      // (a SCRAM handshake against embedded PostgreSQL: 130 ms alone, more on a busy machine) would
+      // eat into the wait this test measures.
+      await Promise.all([db.query('SELECT 1'), other.query('SELECT 1')]);
+      let locked: () => void = () => {};
+      const lockTaken = new Promise<void>((resolve) => (locked = resolve));
+      const holding = other.withTransaction(async (tx) => {
+        await tx.query('SELECT pg_advisory_xact_lock(runtime_cleanup_lock_key($1::text, $2::text))', key);
+        locked();
+        await tx.query('SELECT pg_sleep(0.3)');
+      });
+      await lockTaken;
+      const trip = await roundTrips(db, () =>
+        db.transact<{ decision: string }>(
+          'SELECT decision FROM runtime_cleanup_fence_check($1::text)',
+          [s.rootRunId],
+          observe,
+        ),
+      );
+      await holding;
+      expect(trip.result.rows[0]?.decision).toBe('release_needed');
+      expect({ trips: trip.trips, transactions: trip.transactions }).toEqual({ trips: 1, transactions: 1 });
+
+      // A statement that takes no decision lock: no hold, only the server's time (60 ms of sleep).
+      await db.transact('SELECT 1 FROM pg_sleep(0.06)', [], observe);
+
+      expect(observed).toHaveLength(2);
+      const [decision, sleep] = observed as [RoundTripTiming, RoundTripTiming];
+      expect(decision.serverMs).toBeLessThanOrEqual(decision.roundTripMs + 1);
+      expect(decision.lockHeldMs).not.toBeNull();
+      expect(decision.lockHeldMs!).toBeGreaterThan(0);
+      // The wait (most of the other's 300 ms; its start depends on when the message arrived) is in
+      // the server's time and not in the hold.
+      expect(decision.serverMs - decision.lockHeldMs!).toBeGreaterThanOrEqual(100);
+      expect(sleep.lockHeldMs).toBeNull();
+      expect(sleep.serverMs).toBeGreaterThanOrEqual(59);
+
+      // The locks ended with the COMMIT before the clock was read, and the noted moment with them.
+      const { rows } = await db.query<{ advisory: number; noted: string | null }>(
+        `SELECT (SELECT count(*)::int FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()) AS advisory,
+              nullif(current_setting('runtime_cleanup.lock_taken_at', true), '') AS noted`,
+      );
+      expect(rows[0]).toEqual({ advisory: 0, noted: null });
+    });
+
+    it('an observed decision reports its own hold when the setting already has a value on the connection', async () => {
+      // `runtime_cleanup.lock_taken_at` is an ordinary placeholder setting: a database or role
+      // default, or a session-level SET left on a server connection that a transaction-mode pooler
+      // hands to the next client, gives it a value before the decision runs. The decision function
+      // keeps a value it finds (the first lock of the transaction wins), so the observed message
+      // would report that value's age as the hold: years for a number, NaN for anything else.
+      for (const stale of ['1000', 'not-a-number']) {
+        await fixture.t.db.query(
+          `ALTER DATABASE "${fixture.t.name}" SET runtime_cleanup.lock_taken_at = '${stale}'`,
+        );
+        // A fresh pool straight to the server (a pooler would hand out server connections made
+        // before the ALTER): new server connections start with the database's default.
+        const db = await openDatabase({
+          url: directUrl(),
+          driver,
+          wsProxy: fixture.t.wsProxy,
+          maxConnections: 1,
+          lockTimeoutMs: 5_000,
+          statementTimeoutMs: 30_000,
+        });
+        try {
+          const s = await finishedRootRun(fixture.t.db);
+          const observed: RoundTripTiming[] = [];
+          await db.transact(
+            'SELECT decision FROM runtime_cleanup_fence_check($1::text)',
+            [s.rootRunId],
+            (t) => observed.push(t),
+          );
+          const [timing] = observed as [RoundTripTiming];
+          expect(timing.lockHeldMs).not.toBeNull();
+          expect(Number.isFinite(timing.lockHeldMs)).toBe(true);
+          expect(timing.lockHeldMs!).toBeGreaterThanOrEqual(0);
+          expect(timing.lockHeldMs!).toBeLessThanOrEqual(timing.serverMs);
+          // The connection's own value is left as it was: the message only shadows it locally.
+          const { rows } = await db.query<{ value: string }>(
+            "SELECT current_setting('runtime_cleanup.lock_taken_at') AS value",
+          );
+          expect(rows[0]!.value).toBe(stale);
+        } finally {
+          await db.end();
+          await fixture.t.db.query(`ALTER DATABASE "${fixture.t.name}" RESET runtime_cleanup.lock_taken_at`);
+        }
+      }
+    });
+  },
+);
+
+describe('the noted lock moment', () => {
   it('each decision function notes when it took the scope lock, once per transaction', async () => {
     const s = await finishedRootRun(fixture.t.db);
     await fixture.t.db.withTransaction(async (tx) => {

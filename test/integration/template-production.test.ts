@@ -566,6 +566,7 @@ describe('the bundles against a real database and a real SSM endpoint', () => {
       EVENT: '{}',
       TIMES: '2',
       AWS_ENDPOINT_URL_SSM: ssm.endpoint,
+      DATABASE_DRIVER: t.driver,
       DATABASE_WS_PROXY: t.wsProxy,
     });
 
@@ -588,11 +589,26 @@ describe('the bundles against a real database and a real SSM endpoint', () => {
     if (password) expect(run.stdout + run.stderr).not.toContain(password);
   });
 
+  it('open the URL read from SSM with the driver its host calls for when DATABASE_DRIVER is unset: tcp for a self-hosted PostgreSQL', async () => {
+    // No bridge and no DATABASE_DRIVER: the Neon driver could not reach this loopback PostgreSQL
+    // at all (its WebSocket would go to the host's /v2), so an answer proves the tcp driver ran.
+    ssm.put(DATABASE_URL_PARAMETER, { type: 'SecureString', value: t.url });
+    const run = await runBundle('sweeper', INVOKE, {
+      EVENT: '{}',
+      AWS_ENDPOINT_URL_SSM: ssm.endpoint,
+      // Empty is unset, whatever a stage's template puts there.
+      DATABASE_DRIVER: '',
+    });
+    expect(run.code, run.stderr).toBe(0);
+    expect(outcomes(run), run.stdout).toMatchObject([{ ok: true, result: { failed: [] } }]);
+  });
+
   it('start fence-check, finalize and the sweeper with a broken SANDBOX_PROVISIONER_URL; only release and the reclaimer refuse it, in one line', async () => {
     ssm.put(DATABASE_URL_PARAMETER, { type: 'SecureString', value: t.url });
     const broken = {
       SANDBOX_PROVISIONER_URL: 'not a url',
       AWS_ENDPOINT_URL_SSM: ssm.endpoint,
+      DATABASE_DRIVER: t.driver,
       DATABASE_WS_PROXY: t.wsProxy,
     };
     const runs = await Promise.all(

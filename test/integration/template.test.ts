@@ -78,10 +78,11 @@ const CONTRACT_VARIABLES = [
 ];
 
 /**
- * Optional dependencies that ws require()s inside try/catch, falling back to plain JavaScript
- * when they are absent (as they are here and in Lambda).
+ * Optional dependencies required inside try/catch and absent here and in Lambda: ws's speed-ups
+ * (it falls back to plain JavaScript), and node-postgres's native binding, reached only through
+ * `pg.native`, which nothing here reads (excluded in serverless.yml).
  */
-const OPTIONAL_REQUIRES = new Set(['bufferutil', 'utf-8-validate']);
+const OPTIONAL_REQUIRES = new Set(['bufferutil', 'utf-8-validate', 'pg-native']);
 
 const HANDLER_PATHS: Record<FunctionKey, string> = {
   fenceCheck: 'functions/fence-check/handler.mjs',
@@ -671,6 +672,7 @@ describe('the sweeper bundle against a real database', () => {
       env: lambdaEnvironment('sweeper', {
         BUNDLE: join(taskDirs.get('sweeper')!, HANDLER_PATHS.sweeper),
         DATABASE_URL: t.url,
+        DATABASE_DRIVER: t.driver,
         DATABASE_WS_PROXY: t.wsProxy,
       }),
     });

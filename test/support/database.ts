@@ -1,17 +1,28 @@
 import { randomBytes } from 'node:crypto';
 import { inject } from 'vitest';
 import { type Database, openDatabase } from '../../functions/adapters/database.ts';
+import type { DatabaseDriver } from '../../functions/adapters/database-driver.ts';
 import { TEST_CONNECT_TIMEOUT_MS } from './connect-bound.ts';
 import { throughPooler } from './pgbouncer.ts';
 
 export interface TestDatabase {
   url: string;
   name: string;
+  /** The driver of the run (DATABASE_DRIVER, else neon): every pool below uses it unless told. */
+  driver: DatabaseDriver;
+  /** The WebSocket bridge, for the `neon` driver. */
   wsProxy: string;
   db: Database;
   /** Opens another independent pool on the same database (a "different process"). */
-  connect(options?: { lockTimeoutMs?: number; maxConnections?: number }): Promise<Database>;
+  connect(options?: ConnectOptions): Promise<Database>;
   drop(): Promise<void>;
+}
+
+interface ConnectOptions {
+  lockTimeoutMs?: number;
+  maxConnections?: number;
+  /** Another driver than the run's, for tests of what differs between them. */
+  driver?: DatabaseDriver;
 }
 
 /**
@@ -20,9 +31,10 @@ export interface TestDatabase {
  * mode); creating and dropping it stays on the direct connection.
  */
 export async function createTestDatabase(): Promise<TestDatabase> {
-  const { adminUrl, template, wsProxy, poolerPort } = inject('database');
+  const { adminUrl, template, driver, wsProxy, poolerPort } = inject('database');
   // A slow connect (support/connect-bound.ts) must not fail a test about something else.
   const options = {
+    driver,
     wsProxy,
     lockTimeoutMs: 5_000,
     statementTimeoutMs: 30_000,
@@ -36,7 +48,7 @@ export async function createTestDatabase(): Promise<TestDatabase> {
   direct.pathname = `/${name}`;
   const url = new URL(poolerPort === null ? direct.toString() : throughPooler(direct.toString(), poolerPort));
   const pools: Database[] = [];
-  const connect = async (extra: { lockTimeoutMs?: number; maxConnections?: number } = {}) => {
+  const connect = async (extra: ConnectOptions = {}) => {
     const db = await openDatabase({ url: url.toString(), ...options, ...extra });
     pools.push(db);
     return db;
@@ -45,6 +57,7 @@ export async function createTestDatabase(): Promise<TestDatabase> {
   return {
     url: url.toString(),
     name,
+    driver,
     wsProxy,
     db,
     connect,

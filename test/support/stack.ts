@@ -48,7 +48,8 @@ export async function startTestStack(
   const errors: Array<{ source: string; message: string }> = [];
   const stack = await startStack({
     onError: (error, source) => errors.push({ source, message: error.message }),
-    env: { ...FAST_RETRY_ENV, ...options.env },
+    // The run's driver, through the variable the stack reads (its configuration is this env alone).
+    env: { DATABASE_DRIVER: t.driver, ...FAST_RETRY_ENV, ...options.env },
     databaseUrl: t.url,
     wsProxy: t.wsProxy,
     sqsPort: 0,

@@ -351,6 +351,26 @@ describe('the provisioner token (SANDBOX_PROVISIONER_TOKEN, SANDBOX_PROVISIONER_
   });
 });
 
+describe('DATABASE_DRIVER (contract v1.2)', () => {
+  it('is neon or tcp as written (blanks trimmed); unset or empty leaves the choice to the URL’s host', () => {
+    expect(loadConfig({ DATABASE_DRIVER: 'neon' }).databaseDriver).toBe('neon');
+    expect(loadConfig({ DATABASE_DRIVER: ' tcp ' }).databaseDriver).toBe('tcp');
+    expect(loadConfig({}).databaseDriver).toBeUndefined();
+    expect(loadConfig({ DATABASE_DRIVER: '  ' }).databaseDriver).toBeUndefined();
+  });
+
+  it.each(['pg', 'Neon', 'TCP', 'postgres', 'neon,tcp'])(
+    'refuses %j in one line naming the variable, the value and the rule',
+    (value) => {
+      const error = configErrorOf({ DATABASE_DRIVER: value });
+      expect(error.variable).toBe('DATABASE_DRIVER');
+      expect(error.message).toBe(
+        `DATABASE_DRIVER=${JSON.stringify(value)} is invalid: must be 'neon' or 'tcp' (unset: 'neon' for a DATABASE_URL on Neon's hosts, *.neon.tech or *.postgres.vercel-storage.com, 'tcp' for any other)`,
+      );
+    },
+  );
+});
+
 describe('secrets', () => {
   it.each([
     ['a bad port', 'postgres://admin:s3cr3t-pw@db.example:99999/app'],

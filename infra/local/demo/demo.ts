@@ -12,7 +12,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { type CleanupConfig, loadConfig, redactUrl } from '../../../functions/adapters/config.ts';
 import { type Database, openDatabase } from '../../../functions/adapters/database.ts';
 import { redactSecrets } from '../../../functions/adapters/redact.ts';
-import { startDatabaseBridge } from '../db-bridge.ts';
+import { closeLocalBridge, localConnection } from '../database.ts';
 import { PlatformSimulator } from '../platform.ts';
 import { seededRandom } from '../provisioner/faults.ts';
 import { isProcessAlive } from '../provisioner/server.ts';
@@ -250,7 +250,8 @@ interface Services {
 /**
  * Starts what the demo runs on, each part pushed onto `teardown` as soon as it runs, so that a
  * failure or Ctrl-C halfway stops exactly what was started. Teardown runs in reverse: the
- * platform pool, the stack (consumers, sandboxes, emulator), PostgreSQL, then the bridge.
+ * platform pool, the stack (consumers, sandboxes, emulator), PostgreSQL, then the bridge (started
+ * only for DATABASE_DRIVER=neon on a loopback PostgreSQL).
  */
 async function startServices(input: {
   env: Record<string, string | undefined>;
@@ -263,9 +264,8 @@ async function startServices(input: {
   signal: AbortSignal;
 }): Promise<Services> {
   const { env, config, options, dataDir, say, teardown, signal } = input;
-  const bridge = await startDatabaseBridge();
-  teardown.push({ what: 'database bridge', run: () => bridge.close() });
-  const wsProxy = env.DATABASE_WS_PROXY ?? bridge.address;
+  teardown.push({ what: 'database bridge', run: closeLocalBridge });
+  const configured = { driver: config.databaseDriver, wsProxy: config.databaseWsProxy };
   let databaseUrl = config.databaseUrl;
   let postgres = `DATABASE_URL ${redactUrl(databaseUrl ?? '')}`;
   let postmasterPid: number | undefined;
@@ -274,7 +274,7 @@ async function startServices(input: {
     const database: DemoDatabase = await startDemoDatabase({
       dataDir,
       name: `demo_${input.stamp.replace('-', '_')}_${randomBytes(3).toString('hex')}`,
-      wsProxy: bridge.address,
+      configured,
     });
     teardown.push({ what: 'PostgreSQL', run: () => database.stop() });
     databaseUrl = database.url;
@@ -282,10 +282,11 @@ async function startServices(input: {
     postmasterPid = database.postmasterPid;
   }
   throwIfAborted(signal);
+  const connection = await localConnection(databaseUrl, configured);
   const stack = await startStack({
     env,
     databaseUrl,
-    wsProxy,
+    ...(connection.wsProxy ? { wsProxy: connection.wsProxy } : {}),
     // A free port, so the demo never collides with a running `npm run stack` on 4566.
     sqsPort: 0,
     dataDir,
@@ -303,7 +304,7 @@ async function startServices(input: {
   }
   const platformDb = await openDatabase({
     url: databaseUrl,
-    wsProxy,
+    ...connection,
     maxConnections: PLATFORM_POOL_SIZE,
     lockTimeoutMs: config.databaseLockTimeoutMs,
     statementTimeoutMs: config.databaseStatementTimeoutMs,

@@ -50,13 +50,13 @@ const isoTimestamp = z.iso.datetime({ offset: true });
 /**
  * `run-finished`: `{"runId": "<id>"}` from the platform or the sweeper; other fields are ignored.
  * `deferrals` counts how often a fence check was put off because the scope was still busy; it is
- * read from the cleanup's own re-sends only (deferral.ts, `trustedDeferrals`): in a message from
+ * read from the cleanup's own re-sends only (chain-limits.ts, `trustedCount`): in a message from
  * outside it is ignored.
  */
 export const RunFinishedMessage = z.object({
   runId: id,
   deferrals: z.number().int().min(0).max(10_000).optional().catch(undefined),
-  /** How often the chain restarted at phase 1 (deferral.ts, `trustedRestarts`); same trust rule. */
+  /** How often the chain restarted at phase 1 (chain-limits.ts, `trustedCount`); same trust rule. */
   restarts: z.number().int().min(0).max(10_000).optional().catch(undefined),
 });
 export type RunFinishedMessage = z.infer<typeof RunFinishedMessage>;
@@ -76,7 +76,7 @@ export const ReleaseCommand = CleanupIdentityBody.extend({
   sandboxId: boundedText(MAX_ID_LENGTH),
   generation,
   requestedAt: isoTimestamp,
-  /** The chain's restarts so far (deferral.ts): an internal queue, the count travels as is. */
+  /** The chain's restarts so far (chain-limits.ts): an internal queue, the count travels as is. */
   restarts: z.number().int().min(0).max(10_000).optional(),
 });
 export type ReleaseCommand = z.infer<typeof ReleaseCommand>;

@@ -120,9 +120,7 @@ export class ProvisionerClient implements SandboxDeleteClient {
           return await this.#deleteOnce(request, { afterUnansweredAttempt: true });
         } catch (retryError) {
           // Whatever the retry heard, the first request may still be acting at the provisioner.
-          throw retryError instanceof CleanupError
-            ? CleanupError.markMayStillAct(retryError)
-            : retryError;
+          throw retryError instanceof CleanupError ? CleanupError.markMayStillAct(retryError) : retryError;
         }
       }
       throw error;
@@ -362,7 +360,10 @@ export class ProvisionerClient implements SandboxDeleteClient {
       const reason = callerSignal.reason;
       return reason instanceof CleanupError
         ? CleanupError.markMayStillAct(reason)
-        : new CleanupTimeoutError('release aborted by its deadline', context, { cause: reason, ...STILL_ACTING });
+        : new CleanupTimeoutError('release aborted by its deadline', context, {
+            cause: reason,
+            ...STILL_ACTING,
+          });
     }
     if (deadline.expired) {
       return new ProvisionerDeleteTimeoutError('provisioner delete timed out', context, {

@@ -2,9 +2,9 @@
  * Every message the functions send, typed by the schema its consumer parses with.
  */
 import { createHash } from 'node:crypto';
-import type { CleanupIdentity, ReleaseOutcome } from '../cleanup/types.ts';
 import { MAX_SQS_DELAY_SECONDS } from '../cleanup/backoff.ts';
 import { DEFERRALS_ATTRIBUTE, RESTARTS_ATTRIBUTE } from '../cleanup/chain-limits.ts';
+import type { CleanupIdentity, ReleaseOutcome } from '../cleanup/types.ts';
 import {
   assertSendable,
   FinalizeCommand,

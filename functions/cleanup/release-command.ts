@@ -1,4 +1,4 @@
-import { type RetryPolicy, MAX_RESTARTS, nextRestart } from './chain-limits.ts';
+import { MAX_RESTARTS, nextRestart, type RetryPolicy } from './chain-limits.ts';
 import { ErrorCode, IdentityUnstableError, ReleaseRefusedError } from './errors.ts';
 import type { Database } from './executor.ts';
 import { deleteBehindGuard } from './guarded-delete.ts';

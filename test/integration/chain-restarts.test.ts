@@ -1,7 +1,6 @@
 import type { SQSEvent } from 'aws-lambda';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { loadConfig } from '../../functions/adapters/config.ts';
-import { MAX_RESTARTS, RESTARTS_ATTRIBUTE } from '../../functions/cleanup/chain-limits.ts';
 import { createTelemetry } from '../../functions/adapters/observability.ts';
 import {
   deadLetterQueueName,
@@ -9,6 +8,7 @@ import {
   type Queues,
   type SendOptions,
 } from '../../functions/adapters/queues.ts';
+import { MAX_RESTARTS, RESTARTS_ATTRIBUTE } from '../../functions/cleanup/chain-limits.ts';
 import { ErrorCode } from '../../functions/cleanup/errors.ts';
 import { composeFenceCheck } from '../../functions/fence-check/handler.ts';
 import { composeFinalize } from '../../functions/finalize/handler.ts';

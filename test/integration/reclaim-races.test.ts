@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, expect, it } from 'vitest';
 import { ProvisionerClient } from '../../functions/adapters/provisioner-client.ts';
+import { DELETE_IN_FLIGHT_MARGIN_SECONDS } from '../../functions/cleanup/guarded-delete.ts';
 import {
   provisionerIdentity,
   type ReclaimEvent,
@@ -22,14 +23,13 @@ import {
   ReclaimEnding,
   ReclaimVerdict,
 } from '../../functions/cleanup/reclaim-guard.ts';
-import { DELETE_IN_FLIGHT_MARGIN_SECONDS } from '../../functions/cleanup/guarded-delete.ts';
 import { SandboxProvider } from '../../functions/cleanup/sandbox-provider.ts';
 import { type LocalProvisioner, startProvisioner } from '../../infra/local/provisioner/server.ts';
 import { insertConversation, insertRun, upsertSandbox } from '../support/factories.ts';
-import { eventually } from '../support/stack.ts';
-import { letTimePass } from '../support/reclaim-time.ts';
 import { useDatabaseFixture } from '../support/fixtures.ts';
 import { rejectionOf } from '../support/probes.ts';
+import { letTimePass } from '../support/reclaim-time.ts';
+import { eventually } from '../support/stack.ts';
 
 const database = useDatabaseFixture();
 const GRACE_SECONDS = 2;

@@ -15,11 +15,11 @@ import type { Queues } from '../../functions/adapters/queues.ts';
 import {
   classifyListing,
   LeakReason,
+  provisionerIdentity,
   type ReclaimEvent,
   type ReclaimSettings,
   reclaimOne,
   recordSightings,
-  provisionerIdentity,
   runReclaim,
 } from '../../functions/cleanup/reclaim.ts';
 import { ReclaimVerdict } from '../../functions/cleanup/reclaim-guard.ts';
@@ -323,7 +323,10 @@ describe('a scope that becomes active between the listing and the DELETE wins', 
       settings(),
     );
     // The DELETE is at the provisioner (hanging): the guard has recorded the delete in flight.
-    await provisioner.waitForRequest((entry) => entry.method === 'DELETE' && entry.sandboxId === sandboxId, 10_000);
+    await provisioner.waitForRequest(
+      (entry) => entry.method === 'DELETE' && entry.sandboxId === sandboxId,
+      10_000,
+    );
     const platform = new PlatformSimulator(database.t.db, {} as Queues, provisioner.url);
     expect(await platform.admitRootRun({ ...s, workdirPath: 'projects/x' })).toBeUndefined();
     expect(await PlatformSimulator.isBlocked(database.t.db, s)).toBe(true);

@@ -6,7 +6,11 @@ import { MetricName } from '../../../functions/adapters/metric-names.ts';
 import { planOrphans, type ReclaimEvent, runReclaim } from '../../../functions/cleanup/reclaim.ts';
 import { ReclaimRefusedError } from '../../../functions/cleanup/reclaim-listing.ts';
 import { SandboxProvider } from '../../../functions/cleanup/sandbox-provider.ts';
-import { reclaimSettings, reportReclaimEvent, reportReclaimRun } from '../../../functions/reclaimer/handler.ts';
+import {
+  reclaimSettings,
+  reportReclaimEvent,
+  reportReclaimRun,
+} from '../../../functions/reclaimer/handler.ts';
 import type { Command } from '../command.ts';
 import { ExitCode } from '../exit-codes.ts';
 import { plural } from '../format.ts';

@@ -61,13 +61,13 @@ const chainCount = z.int().check(z.minimum(0), z.maximum(10_000));
 /**
  * `run-finished`: `{"runId": "<id>"}` from the platform or the sweeper; other fields are ignored.
  * `deferrals` counts how often a fence check was put off because the scope was still busy; it is
- * read from the cleanup's own re-sends only (deferral.ts, `trustedDeferrals`): in a message from
+ * read from the cleanup's own re-sends only (chain-limits.ts, `trustedCount`): in a message from
  * outside it is ignored.
  */
 export const RunFinishedMessage = z.object({
   runId: id,
   deferrals: z.catch(z.optional(chainCount), undefined),
-  /** How often the chain restarted at phase 1 (deferral.ts, `trustedRestarts`); same trust rule. */
+  /** How often the chain restarted at phase 1 (chain-limits.ts, `trustedCount`); same trust rule. */
   restarts: z.catch(z.optional(chainCount), undefined),
 });
 export type RunFinishedMessage = z.infer<typeof RunFinishedMessage>;
@@ -87,7 +87,7 @@ export const ReleaseCommand = z.extend(CleanupIdentityBody, {
   sandboxId: boundedText(MAX_ID_LENGTH),
   generation,
   requestedAt: isoTimestamp,
-  /** The chain's restarts so far (deferral.ts): an internal queue, the count travels as is. */
+  /** The chain's restarts so far (chain-limits.ts): an internal queue, the count travels as is. */
   restarts: z.optional(chainCount),
 });
 export type ReleaseCommand = z.infer<typeof ReleaseCommand>;

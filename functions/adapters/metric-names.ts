@@ -44,6 +44,12 @@ export const MetricName = {
    * the release and the reclaimer, one per refused DELETE.
    */
   PROVISIONER_URL_UNVERIFIED: 'ProvisionerUrlUnverified',
+  /**
+   * Dimension `brake`: no_known_sandboxes | share_exceeded — a reclaim run went ahead although that
+   * brake refused its listing on its own, because a recent healthy listing of the same provisioner
+   * vouched for the pairing (a quiet fleet, whose only live sandboxes are leaks).
+   */
+  RECLAIM_BRAKE_LIFTED: 'ReclaimBrakeLifted',
   /** Age of the oldest open leak streak: grows past the grace only when leaks persist. */
   OLDEST_LEAK_AGE: 'OldestLeakAge',
   /** Records per invocation of a queue consumer. */

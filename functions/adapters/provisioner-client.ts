@@ -21,11 +21,7 @@ import {
   ReclaimRefusal,
   ReclaimRefusedError,
 } from '../cleanup/reclaim-listing.ts';
-import {
-  DELETE_MAY_STILL_ACT,
-  type DeleteSandboxRequest,
-  type SandboxDeleteClient,
-} from '../cleanup/sandbox-provider.ts';
+import type { DeleteSandboxRequest, SandboxDeleteClient } from '../cleanup/sandbox-provider.ts';
 import { ReleaseOutcome } from '../cleanup/types.ts';
 import { type Deadline, startDeadline } from './deadline.ts';
 import { MESSAGE_FIELD_LIMITS } from './messages.ts';
@@ -55,6 +51,20 @@ export const MAX_RESPONSE_BODY_BYTES = 64 * 1024;
 
 /** A stale kept-alive socket (e.g. after a Lambda freeze) fails with a reset on reuse. */
 const RESET_ERROR_CODES = new Set(['ECONNRESET', 'UND_ERR_SOCKET', 'EPIPE']);
+
+/**
+ * Connection failures that happen before a request can leave this process: nothing listening
+ * (refused), no address for the name, no route. Only these leave no DELETE behind that the
+ * provisioner may still carry out; a reset or a closed socket can come after the request was
+ * written.
+ */
+const NEVER_CONNECTED_ERROR_CODES = new Set([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+]);
 
 /** Rejects ids that a URL parser could turn into a different path (dot segments, controls). */
 export function assertSafeSandboxId(sandboxId: string): void {
@@ -167,7 +177,12 @@ export class ProvisionerClient implements SandboxDeleteClient {
       // window as if that request were still running; the retry's own failure says so too.
       if (error instanceof ProvisionerConnectionError && error.details.reset && !request.signal?.aborted) {
         request.onUnansweredAttempt?.(error);
-        return this.#deleteOnce(request, { [DELETE_MAY_STILL_ACT]: true });
+        try {
+          return await this.#deleteOnce(request, { afterUnansweredAttempt: true });
+        } catch (retryError) {
+          // Whatever the retry heard, the first request may still be acting at the provisioner.
+          throw retryError instanceof CleanupError ? CleanupError.markMayStillAct(retryError) : retryError;
+        }
       }
       throw error;
     }
@@ -294,6 +309,7 @@ export class ProvisionerClient implements SandboxDeleteClient {
     return new ProvisionerAuthenticationError(
       `provisioner answered 401 (unauthorized) ${why}; check the provisioner's token and ${this.#token?.origin ?? 'SANDBOX_PROVISIONER_TOKEN'}`,
       { status: 401, ...(this.#token ? { tokenOrigin: this.#token.origin } : {}) },
+      ANSWERED,
     );
   }
 
@@ -327,13 +343,14 @@ export class ProvisionerClient implements SandboxDeleteClient {
         throw new ProvisionerUnavailableError(
           `provisioner answered ${context.status}, but ${listing} (verifying that ${this.#shownBaseUrl} is the provisioner) failed: ${error.message}`,
           { ...context, ...verificationFacts(error) },
-          { cause: error },
+          // The DELETE itself was answered (404/410); only the listing that would confirm it failed.
+          { cause: error, ...ANSWERED },
         );
       }
       const unverified = new ProvisionerUrlUnverifiedError(
         `provisioner answered ${context.status}, but ${this.#shownBaseUrl} is not known to be the provisioner: ${listing} answered ${describeListingRefusal(error)}, not the provisioner's listing, so the ${context.status} is no confirmation (a web framework's "no such route" at a wrong path prefix?): check SANDBOX_PROVISIONER_URL`,
         { ...context, baseUrl: this.#shownBaseUrl, ...verificationFacts(error) },
-        { cause: error },
+        { cause: error, ...ANSWERED },
       );
       this.#onUrlUnverified?.(unverified);
       throw unverified;
@@ -421,16 +438,18 @@ export class ProvisionerClient implements SandboxDeleteClient {
       const text = await readLimited(response.body, MAX_RESPONSE_BODY_BYTES);
       const current = parseCurrentGeneration(text);
       if (current === undefined) {
-        throw new ProvisionerBadResponseError('provisioner answered 409 without a valid current_generation', {
-          ...context,
-          status: statusCode,
-        });
+        throw new ProvisionerBadResponseError(
+          'provisioner answered 409 without a valid current_generation',
+          { ...context, status: statusCode },
+          ANSWERED,
+        );
       }
       if (current > context.generation) return ReleaseOutcome.SUPERSEDED;
       if (current < context.generation) {
         throw new GenerationAnomalyError(
           `provisioner reports generation ${current}, older than the generation ${context.generation} being deleted`,
           { ...context, currentGeneration: current },
+          ANSWERED,
         );
       }
       // The contract's 409 names ANOTHER generation ("not touched"); naming this one contradicts
@@ -439,6 +458,7 @@ export class ProvisionerClient implements SandboxDeleteClient {
       throw new ProvisionerBadResponseError(
         `provisioner answered 409 naming the generation being deleted (${current}); the contract's 409 names another generation`,
         { ...context, status: statusCode, currentGeneration: current },
+        ANSWERED,
       );
     }
     if (statusCode === 200) {
@@ -448,12 +468,14 @@ export class ProvisionerClient implements SandboxDeleteClient {
         // The body says the delete was accepted but is not done: a 202 in a 200's clothes.
         throw new ProvisionerUnavailableError(
           `provisioner accepted the delete but has not done it yet (${answer.refusal})`,
-          { ...context, status: statusCode, refusal: answer.refusal, [DELETE_MAY_STILL_ACT]: true },
+          { ...context, status: statusCode, refusal: answer.refusal },
+          STILL_ACTING,
         );
       }
       throw new ProvisionerUnconfirmedError(
         `provisioner answered 200 without confirming the delete (${answer.refusal}): not the provisioner's API at this URL? check SANDBOX_PROVISIONER_URL`,
         { ...context, status: statusCode, refusal: answer.refusal },
+        ANSWERED,
       );
     }
     if (statusCode === 404 || statusCode === 410) {
@@ -465,6 +487,7 @@ export class ProvisionerClient implements SandboxDeleteClient {
       throw new ProvisionerUnconfirmedError(
         `provisioner answered ${statusCode}, but not as the provisioner's "no such sandbox" (${refusal}): a wrong path or a missing route at this URL? check SANDBOX_PROVISIONER_URL`,
         { ...context, status: statusCode, refusal },
+        ANSWERED,
       );
     }
     if (statusCode === 204) {
@@ -487,6 +510,7 @@ export class ProvisionerClient implements SandboxDeleteClient {
     if (statusCode === 429) {
       throw new ProvisionerThrottledError(`provisioner answered 429 (too many requests)${explained}`, facts, {
         retryAfterSeconds,
+        ...ANSWERED,
       });
     }
     if (statusCode === 202) {
@@ -494,18 +518,22 @@ export class ProvisionerClient implements SandboxDeleteClient {
       // (the next attempt hears 404 once it is gone), and the scope's window is kept meanwhile.
       throw new ProvisionerUnavailableError(
         `provisioner accepted the delete but has not done it yet (202)${explained}`,
-        { ...facts, [DELETE_MAY_STILL_ACT]: true },
+        facts,
+        STILL_ACTING,
       );
     }
     if (statusCode === 408 || (statusCode >= 500 && statusCode <= 599)) {
+      // A 5xx may come from a gateway whose upstream is still working on the DELETE.
       throw new ProvisionerUnavailableError(`provisioner answered ${statusCode}${explained}`, facts, {
         retryAfterSeconds,
+        ...STILL_ACTING,
       });
     }
     if (statusCode >= 400 && statusCode <= 499) {
       throw new ProvisionerRejectedError(
         `provisioner rejected the delete with ${statusCode}${explained}`,
         facts,
+        ANSWERED,
       );
     }
     // Any other 2xx (201, 206…), a 3xx (redirects are not
@@ -517,9 +545,11 @@ export class ProvisionerClient implements SandboxDeleteClient {
         : statusCode >= 300
           ? 'a redirect, which is not followed: check SANDBOX_PROVISIONER_URL'
           : 'a success the contract does not define as deleted';
+    // Outside HTTP's range nothing says the server decided anything; any other status is an answer.
     throw new ProvisionerBadResponseError(
       `provisioner answered an unexpected status ${statusCode} (${why})${explained}`,
       facts,
+      statusCode >= 600 ? STILL_ACTING : ANSWERED,
     );
   }
 
@@ -529,14 +559,22 @@ export class ProvisionerClient implements SandboxDeleteClient {
     deadline: Deadline,
     callerSignal: AbortSignal | undefined,
   ): CleanupError {
+    // Every failure below ends a request that was (or may have been) written: the provisioner may
+    // still carry it out, unless the connection was never made.
     if (callerSignal?.aborted) {
       const reason = callerSignal.reason;
       return reason instanceof CleanupError
-        ? reason
-        : new CleanupTimeoutError('release aborted by its deadline', context, { cause: reason });
+        ? CleanupError.markMayStillAct(reason)
+        : new CleanupTimeoutError('release aborted by its deadline', context, {
+            cause: reason,
+            ...STILL_ACTING,
+          });
     }
     if (deadline.expired) {
-      return new ProvisionerDeleteTimeoutError('provisioner delete timed out', context, { cause: error });
+      return new ProvisionerDeleteTimeoutError('provisioner delete timed out', context, {
+        cause: error,
+        ...STILL_ACTING,
+      });
     }
     if (error instanceof CleanupError) return error;
     const code = (error as { code?: string })?.code ?? 'UNKNOWN';
@@ -547,13 +585,13 @@ export class ProvisionerClient implements SandboxDeleteClient {
       return new ProvisionerBadResponseError(
         `provisioner's answer is not valid HTTP/1.1 (${message.replace(/\s+/g, ' ').slice(0, 120)}): check SANDBOX_PROVISIONER_URL`,
         { ...context, errorCode: code },
-        { cause: error },
+        { cause: error, ...STILL_ACTING },
       );
     }
     return new ProvisionerConnectionError(
       `provisioner connection failed: ${code} ${message}`,
       { ...context, errorCode: code, reset: RESET_ERROR_CODES.has(code) },
-      { cause: error },
+      { cause: error, deleteMayStillAct: !NEVER_CONNECTED_ERROR_CODES.has(code) },
     );
   }
 }
@@ -603,6 +641,11 @@ function verificationFacts(error: ReclaimRefusedError): Record<string, unknown> 
  * undici's parser refusing the answer (HTTPParserError), or undici's own assertion on a status
  * below 100, which the parser lets through.
  */
+/** The provisioner answered and decided: nothing of this request acts any more. */
+const ANSWERED = { deleteMayStillAct: false } as const;
+/** The request may be at the provisioner and still be carried out (CleanupError.deleteMayStillAct). */
+const STILL_ACTING = { deleteMayStillAct: true } as const;
+
 function isNotHttp(error: unknown): boolean {
   const { name, code, message } = (error ?? {}) as { name?: unknown; code?: unknown; message?: unknown };
   if (name === 'HTTPParserError' || code === 'ERR_ASSERTION') return true;

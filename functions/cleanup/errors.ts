@@ -53,17 +53,55 @@ export abstract class CleanupError extends Error {
    * provisioner's `Retry-After`). The consumer waits at least this long, within its backoff cap.
    */
   readonly retryAfterSeconds: number | undefined;
+  #deleteMayStillAct: boolean;
 
   constructor(
     message: string,
     details: Record<string, unknown> = {},
-    options?: { cause?: unknown; retryAfterSeconds?: number | undefined },
+    options?: { cause?: unknown; retryAfterSeconds?: number | undefined; deleteMayStillAct?: boolean },
   ) {
     super(message, options && 'cause' in options ? { cause: options.cause } : undefined);
     this.name = new.target.name;
     this.details = details;
     this.retryAfterSeconds = options?.retryAfterSeconds;
+    this.#deleteMayStillAct = options?.deleteMayStillAct ?? true;
   }
+
+  /**
+   * For a failure of a sandbox DELETE: whether the provisioner may still carry that DELETE out
+   * after this failure. Decided once, where the facts are known — by the provisioner client (it
+   * alone knows whether a request left this process and whether an answer came back) and by the
+   * provider's keyed lock (a wait that ended before anything was sent) — and read by the one
+   * delete path (guarded-delete.ts), which keeps the scope quarantined while it is true.
+   *
+   * True unless a site that knows better says otherwise: a failure nobody classified must be
+   * assumed to leave the DELETE acting, since a wrong "no" reopens a scope under a DELETE that can
+   * still land.
+   */
+  get deleteMayStillAct(): boolean {
+    return this.#deleteMayStillAct;
+  }
+
+  /**
+   * Marks `error` as leaving a DELETE that may still act, whatever it said so far. The provisioner
+   * client's, for two cases: the failure of a request retried after an earlier request of the same
+   * DELETE went unanswered (a reset after it may have been written), and the caller's own abort
+   * reason when it aborted a request on the wire (the same reason ends a wait for the keyed lock,
+   * before anything was sent, as "nothing sent").
+   */
+  static markMayStillAct<E extends CleanupError>(error: E): E {
+    error.#deleteMayStillAct = true;
+    return error;
+  }
+}
+
+/**
+ * Whether a failed DELETE may still be carried out by the provisioner (see
+ * `CleanupError.deleteMayStillAct`); anything that is not a CleanupError is a bug nobody
+ * classified, and counts as "may still act".
+ */
+export function deleteMayStillAct(error: unknown): boolean {
+  return !(error instanceof CleanupError) || error.deleteMayStillAct;
 }
 
 /** A queue body that can never be processed: bad JSON, wrong shape, hostile values. */

@@ -33,6 +33,7 @@ const EXTRA_DIMENSIONS = {
   SandboxesLeaked: [],
   SandboxesReclaimed: ['reason'],
   ReclaimRefused: ['reason'],
+  ReclaimBrakeLifted: ['brake'],
   OldestLeakAge: [],
   ProvisionerUrlUnverified: [],
 };
@@ -137,6 +138,7 @@ function dashboardResources({ stage, service, alarmLogicalIds }) {
     ]),
     graph('Reclaimer: refused by reason (whole runs and single sandboxes)', [
       [search(M.RECLAIM_REFUSED, 'Sum', '')],
+      [search(M.RECLAIM_BRAKE_LIFTED, 'Sum', 'brake lifted by pairing evidence')],
     ]),
     graph('Reclaimer: oldest open leak (s)', [[search(M.OLDEST_LEAK_AGE, 'Maximum', 'oldest leak')]]),
     graph('Deletes refused: SANDBOX_PROVISIONER_URL is not the provisioner', [

@@ -15,7 +15,6 @@ import {
   ProvisionerUnavailableError,
   ProvisionerUnconfirmedError,
 } from '../../functions/cleanup/errors.ts';
-import { DELETE_MAY_STILL_ACT } from '../../functions/cleanup/sandbox-provider.ts';
 import { ReleaseOutcome } from '../../functions/cleanup/types.ts';
 import { useLocalProvisionerFixture } from '../support/fixtures.ts';
 
@@ -154,7 +153,7 @@ describe('a 200 confirms only when its JSON object says the delete happened, to 
     expect(outcome).toBeInstanceOf(ProvisionerUnavailableError);
     const error = outcome as ProvisionerUnavailableError;
     expect(error.retryable).toBe(true);
-    expect(error.details[DELETE_MAY_STILL_ACT]).toBe(true);
+    expect(error.deleteMayStillAct).toBe(true);
   });
 
   it.each([

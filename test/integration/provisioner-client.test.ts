@@ -739,7 +739,7 @@ describe('odd replies get a defined outcome (contract v1.1 §3)', () => {
     });
     const error = await rejectionOf(request(hostile.url));
     expect(error).toBeInstanceOf(ProvisionerUnavailableError);
-    expect(error).toMatchObject({ retryable: true, details: { status: 202, deleteMayStillAct: true } });
+    expect(error).toMatchObject({ retryable: true, deleteMayStillAct: true, details: { status: 202 } });
   });
 
   it.each([201, 206, 302])('refuses a %i as a bad response, not a confirmation', async (status) => {

@@ -15,9 +15,12 @@ import {
   type ProvisionerClientOptions,
   type ProvisionerToken,
 } from '../../functions/adapters/provisioner-client.ts';
-import { ErrorCode, ProvisionerAuthenticationError } from '../../functions/cleanup/errors.ts';
+import {
+  deleteMayStillAct,
+  ErrorCode,
+  ProvisionerAuthenticationError,
+} from '../../functions/cleanup/errors.ts';
 import { ReclaimRefusal, ReclaimRefusedError } from '../../functions/cleanup/reclaim-listing.ts';
-import { deleteSettledBy } from '../../functions/cleanup/release-guard.ts';
 import { ReleaseOutcome } from '../../functions/cleanup/types.ts';
 import { type LocalProvisioner, startProvisioner } from '../../infra/local/provisioner/server.ts';
 import { createSandboxAt, rejectionOf } from '../support/probes.ts';
@@ -150,7 +153,7 @@ describe('a 401', () => {
       `to the token from ${token.origin}, also after reading it again`,
     );
     // Refused before it acted: the scope's delete-in-flight window may end.
-    expect(deleteSettledBy(error)).toBe(true);
+    expect(deleteMayStillAct(error)).toBe(false);
     expect(token.rereads).toBe(1);
     expect(server.requests).toHaveLength(1);
   });

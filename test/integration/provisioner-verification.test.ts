@@ -12,13 +12,13 @@ import {
   type ProvisionerClientOptions,
 } from '../../functions/adapters/provisioner-client.ts';
 import {
+  deleteMayStillAct,
   ErrorCode,
   ProvisionerDeleteTimeoutError,
   ProvisionerUnavailableError,
   ProvisionerUnconfirmedError,
   ProvisionerUrlUnverifiedError,
 } from '../../functions/cleanup/errors.ts';
-import { deleteSettledBy } from '../../functions/cleanup/release-guard.ts';
 import { ReleaseOutcome } from '../../functions/cleanup/types.ts';
 import { useLocalProvisionerFixture } from '../support/fixtures.ts';
 import { rejectionOf } from '../support/probes.ts';
@@ -97,7 +97,7 @@ describe('a 404 or 410 from a base URL whose listing is not the provisioner', ()
       );
       expect(refused).toEqual([error]);
       // The DELETE was answered: nothing of it can still act, the scope's quarantine may end.
-      expect(deleteSettledBy(error)).toBe(true);
+      expect(deleteMayStillAct(error)).toBe(false);
       expect(methods(server)).toEqual(['DELETE', 'GET']);
     },
   );

@@ -3,10 +3,17 @@
  * against the database exactly as a reclaim run would, and shows what would be reclaimed now and
  * why, and what is leaked but still waiting (and for what). Records nothing, deletes nothing.
  */
+import { requireProvisionerUrl } from '../../../functions/adapters/config.ts';
 import { openProvisionerClient } from '../../../functions/adapters/open-provisioner.ts';
 import type { ProvisionerClient } from '../../../functions/adapters/provisioner-client.ts';
 import { provisionerTokenSource } from '../../../functions/adapters/provisioner-token.ts';
-import { type ClassifiedSandbox, planOrphans, type ReclaimPlan } from '../../../functions/cleanup/reclaim.ts';
+import {
+  type ClassifiedSandbox,
+  planOrphans,
+  provisionerIdentity,
+  type ReclaimPlan,
+  type SettingsOfRecord,
+} from '../../../functions/cleanup/reclaim.ts';
 import { ReclaimRefusal, ReclaimRefusedError } from '../../../functions/cleanup/reclaim-listing.ts';
 import { reclaimSettings } from '../../../functions/reclaimer/handler.ts';
 import type { Command, CommandOutput } from '../command.ts';
@@ -43,9 +50,38 @@ export function orphanView(sandbox: ClassifiedSandbox): OrphanView {
   };
 }
 
-export function renderOrphans(plan: ReclaimPlan): string {
+/** What the run applies of the deployment's settings of record, for `--json` and for people. */
+export function settingsView(settings: SettingsOfRecord): {
+  graceSeconds: number;
+  runtimeCleanupTimeoutSeconds: number;
+  provisionerDeleteTimeoutSeconds: number;
+  raised: string[];
+  recorded: SettingsOfRecord['recorded'];
+} {
+  return {
+    graceSeconds: settings.effective.graceSeconds,
+    runtimeCleanupTimeoutSeconds: settings.effective.runtimeCleanupTimeoutMs / 1000,
+    provisionerDeleteTimeoutSeconds: settings.effective.provisionerDeleteTimeoutSeconds,
+    raised: settings.raised,
+    recorded: settings.recorded,
+  };
+}
+
+/** One line on the settings a run applies, and where they come from. */
+export function renderSettings(settings: SettingsOfRecord): string {
+  const by = settings.recorded[0];
+  const source = by
+    ? `the deployment's settings of record (recorded by ${by.recordedBy} at ${by.recordedAt})${settings.raised.length ? `, which raised ${settings.raised.join(', ')} above this shell's` : ''}`
+    : "this shell's configuration: no deployment has recorded its settings in this database";
+  return `Settings: grace ${settings.effective.graceSeconds} s, release bound ${settings.effective.runtimeCleanupTimeoutMs / 1000} s, delete timeout ${settings.effective.provisionerDeleteTimeoutSeconds} s, from ${source}.`;
+}
+
+export function renderOrphans(plan: ReclaimPlan & { settings?: SettingsOfRecord }): string {
   const due = new Set(plan.due.map((sandbox) => sandbox.sandboxId));
-  const heading = `${plural(plan.listed, 'live sandbox', 'live sandboxes')} listed, ${plan.leaked.length} leaked, ${plan.due.length} due now${plan.deferred ? ` (${plan.deferred} more over RECLAIM_MAX_PER_RUN)` : ''}`;
+  const lifted = plan.brakeLifted
+    ? `\nBrake ${plan.brakeLifted.brake} lifted: a healthy listing of this provisioner confirmed its pairing with this database at ${plan.brakeLifted.pairedAt}.`
+    : '';
+  const heading = `${plural(plan.listed, 'live sandbox', 'live sandboxes')} listed, ${plan.leaked.length} leaked, ${plan.due.length} due now${plan.deferred ? ` (${plan.deferred} more over RECLAIM_MAX_PER_RUN)` : ''}${plan.settings ? `\n${renderSettings(plan.settings)}` : ''}${lifted}`;
   if (!plan.leaked.length) return `${heading}.`;
   const table = renderTable(
     ['SANDBOX', 'GEN', 'SCOPE', 'WHY LEAKED', 'SEEN LEAKED SINCE', 'STATE'],
@@ -77,11 +113,18 @@ export function refusedOutput(error: ReclaimRefusedError): CommandOutput {
 /**
  * The provisioner the functions use; the CLI requires it (it has no built-in one to fall back to),
  * with SANDBOX_PROVISIONER_TOKEN when set (its deployed parameter alone is refused, with the way to
- * export it).
+ * export it). `identity` names it in the pairing evidence (reclaim.ts), as the deployed reclaimer
+ * does.
  */
-export function opsProvisioner(context: OpsContext): Promise<ProvisionerClient> {
+export async function opsProvisioner(
+  context: OpsContext,
+): Promise<{ client: ProvisionerClient; identity: string }> {
   const { config } = context;
-  return openProvisionerClient({ config, provisionerToken: () => provisionerTokenSource(config) });
+  const client = await openProvisionerClient({
+    config,
+    provisionerToken: () => provisionerTokenSource(config),
+  });
+  return { client, identity: provisionerIdentity(requireProvisionerUrl(config)) };
 }
 
 export const orphansCommand: Command = {
@@ -94,15 +137,20 @@ export const orphansCommand: Command = {
   options: {},
   async run(_input, context) {
     const db = await context.database();
-    const client = await opsProvisioner(context);
+    const { client, identity } = await opsProvisioner(context);
     try {
-      const plan = await planOrphans({ db, lister: client }, reclaimSettings(context.config));
+      const plan = await planOrphans(
+        { db, lister: client, provisioner: identity },
+        reclaimSettings(context.config),
+      );
       return {
         result: {
           listed: plan.listed,
           leaked: plan.leaked.map(orphanView),
           due: plan.due.map((sandbox) => sandbox.sandboxId),
           deferred: plan.deferred,
+          brakeLifted: plan.brakeLifted,
+          settings: settingsView(plan.settings),
         },
         text: renderOrphans(plan),
       };

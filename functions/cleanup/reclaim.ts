@@ -271,59 +271,85 @@ export interface ReclaimSettings {
   recordAs?: string;
 }
 
-/** The settings a run's guard and bounds may not go below (runtime_cleanup_settings, migration 011). */
+/**
+ * The deployment's settings a run may not weaken (runtime_cleanup_settings): the grace and the
+ * delete bounds no shorter, the brakes (the share and the per-run bound) no looser.
+ */
 export interface SettingsOfRecord {
-  /** What this run applies: each of its own settings, or the recorded one if larger. */
+  /** What this run applies: each of its own settings, or the recorded one where that is stricter. */
   effective: ReclaimSettings;
   /** What was recorded, by whom and when (empty when no deployment has recorded any). */
   recorded: Array<{ name: string; value: number; recordedAt: string; recordedBy: string }>;
-  /** The settings this run's own values were raised in, to the recorded ones. */
-  raised: string[];
+  /** The settings in which this run's own values were replaced by the stricter recorded ones. */
+  tightened: string[];
 }
 
 const SETTINGS_OF_RECORD = `
   SELECT name, value, to_json(recorded_at) #>> '{}' AS recorded_at, recorded_by
   FROM runtime_cleanup_settings_of_record($1::jsonb, $2::text)`;
 
-/** The recorded names, and how each is derived from a run's own settings. */
-function recordableSettings(settings: ReclaimSettings): Record<string, number> {
+/**
+ * The recorded names, how each is derived from a run's own settings, and which way is stricter:
+ * a longer grace, hold or bound (`max`), a smaller share or per-run bound (`min`).
+ */
+function recordableSettings(
+  settings: ReclaimSettings,
+): Record<string, { value: number; stricter: 'max' | 'min' }> {
+  const longer = (value: number) => ({ value, stricter: 'max' as const });
+  const fewer = (value: number) => ({ value, stricter: 'min' as const });
   return {
-    reclaim_grace_seconds: settings.graceSeconds,
+    reclaim_grace_seconds: longer(settings.graceSeconds),
     // The guard's record covers the attempt's bound, its own lock wait, the provisioner's delete
     // time and the margin; the residual is what an unanswered DELETE keeps (guarded-delete.ts).
-    reclaim_hold_seconds: deleteInFlightSeconds(
-      settings.runtimeCleanupTimeoutMs,
-      settings.provisionerDeleteTimeoutSeconds,
-      settings.lockTimeoutMs,
+    reclaim_hold_seconds: longer(
+      deleteInFlightSeconds(
+        settings.runtimeCleanupTimeoutMs,
+        settings.provisionerDeleteTimeoutSeconds,
+        settings.lockTimeoutMs,
+      ),
     ),
-    reclaim_residual_seconds: residualDeleteSeconds(settings.provisionerDeleteTimeoutSeconds),
-    runtime_cleanup_timeout_seconds: settings.runtimeCleanupTimeoutMs / 1000,
-    provisioner_delete_timeout_seconds: settings.provisionerDeleteTimeoutSeconds,
+    reclaim_residual_seconds: longer(residualDeleteSeconds(settings.provisionerDeleteTimeoutSeconds)),
+    runtime_cleanup_timeout_seconds: longer(settings.runtimeCleanupTimeoutMs / 1000),
+    provisioner_delete_timeout_seconds: longer(settings.provisionerDeleteTimeoutSeconds),
+    reclaim_max_share_percent: fewer(settings.maxSharePercent),
+    reclaim_max_per_run: fewer(settings.maxPerRun),
   };
 }
 
 /**
  * Records this run's settings (`settings.recordAs`) or only reads what is recorded, in one
- * statement, and raises each of the run's own settings to the recorded one where that is larger.
- * The guard applies the same rule in the database (grace, hold, residual), whoever calls it; this
- * also lengthens the run's own DELETE bound and the "too late" check to the deployment's.
+ * statement, and replaces each of the run's own settings by the recorded one where that is
+ * stricter. The guard applies the same rule in the database to what it decides on (grace, hold,
+ * residual), whoever calls it; this also lengthens the run's own DELETE bound and "too late" check
+ * to the deployment's, and keeps its brakes no looser: an operator's shell with
+ * RECLAIM_MAX_SHARE_PERCENT=100 cannot switch off the brakes of a deployment that keeps them.
  */
 export async function settingsOfRecord(db: Executor, settings: ReclaimSettings): Promise<SettingsOfRecord> {
   const own = recordableSettings(settings);
   // Recording is an upsert of the same values: safe to repeat after a lost answer.
   const { rows } = await db.query<{ name: string; value: number; recorded_at: string; recorded_by: string }>(
     SETTINGS_OF_RECORD,
-    [JSON.stringify(own), settings.recordAs ?? null],
+    [
+      JSON.stringify(Object.fromEntries(Object.entries(own).map(([name, { value }]) => [name, value]))),
+      settings.recordAs ?? null,
+    ],
   );
   const recorded = new Map(rows.map((row) => [row.name, Number(row.value)]));
-  const raised = Object.keys(own).filter((name) => (recorded.get(name) ?? 0) > own[name]!);
-  const at = (name: string) => Math.max(own[name]!, recorded.get(name) ?? 0);
+  const at = (name: string): number => {
+    const mine = own[name]!;
+    const theirs = recorded.get(name);
+    if (theirs === undefined) return mine.value;
+    return mine.stricter === 'max' ? Math.max(mine.value, theirs) : Math.min(mine.value, theirs);
+  };
+  const tightened = Object.keys(own).filter((name) => at(name) !== own[name]!.value);
   return {
     effective: {
       ...settings,
       graceSeconds: at('reclaim_grace_seconds'),
       runtimeCleanupTimeoutMs: at('runtime_cleanup_timeout_seconds') * 1000,
       provisionerDeleteTimeoutSeconds: at('provisioner_delete_timeout_seconds'),
+      maxSharePercent: at('reclaim_max_share_percent'),
+      maxPerRun: at('reclaim_max_per_run'),
     },
     recorded: rows.map((row) => ({
       name: row.name,
@@ -331,7 +357,7 @@ export async function settingsOfRecord(db: Executor, settings: ReclaimSettings):
       recordedAt: row.recorded_at,
       recordedBy: row.recorded_by,
     })),
-    raised,
+    tightened,
   };
 }
 

@@ -107,20 +107,20 @@ export type ReclaimerResult =
   | (Omit<ReclaimReport, 'classified' | 'leaked' | 'due' | 'settings'> & {
       leaked: number;
       due: number;
-      settingsRaised: string[];
+      settingsTightened: string[];
       refused?: undefined;
     })
   | { refused: string; message: string };
 
-/** Logs and counts what a whole run decided beyond its deletes: settings raised, a brake lifted. */
+/** Logs and counts what a whole run decided beyond its deletes: settings tightened, a brake lifted. */
 export function reportReclaimRun(
   telemetry: Telemetry,
   report: Pick<ReclaimReport, 'brakeLifted' | 'settings'>,
 ): void {
-  if (report.settings.raised.length > 0) {
-    telemetry.logger.warn("reclaim settings raised to the deployment's settings of record", {
+  if (report.settings.tightened.length > 0) {
+    telemetry.logger.warn("reclaim settings tightened to the deployment's settings of record", {
       phase: 'reclaim',
-      raised: report.settings.raised,
+      tightened: report.settings.tightened,
       recorded: report.settings.recorded,
     });
   }
@@ -209,7 +209,7 @@ export function createReclaimerHandler(deps: {
       ...rest,
       leaked: report.leaked.length,
       due: report.due.length,
-      settingsRaised: ofRecord.raised,
+      settingsTightened: ofRecord.tightened,
     };
   };
 }

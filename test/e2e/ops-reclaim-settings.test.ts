@@ -69,15 +69,15 @@ it("applies the deployment's recorded grace, not the shell's, and says so", asyn
   expect(second.code, second.stderr).toBe(0);
   const result = JSON.parse(second.stdout) as {
     reclaimed: number;
-    settings: { graceSeconds: number; raised: string[]; recorded: Array<{ recordedBy: string }> };
+    settings: { graceSeconds: number; tightened: string[]; recorded: Array<{ recordedBy: string }> };
   };
   expect(result.reclaimed).toBe(0);
   expect(result.settings.graceSeconds).toBe(3600);
-  expect(result.settings.raised).toContain('reclaim_grace_seconds');
+  expect(result.settings.tightened).toContain('reclaim_grace_seconds');
   expect(result.settings.recorded[0]?.recordedBy).toBe('reclaimer');
   expect(fixture.provisioner.sandbox('sbx-settings')).toBeDefined();
 
   const text = await ops(['reclaim', '--yes']);
   expect(text.stdout).toMatch(/grace 3600 s/);
-  expect(text.stdout).toMatch(/raised reclaim_grace_seconds/);
+  expect(text.stdout).toMatch(/stricter than this shell's in reclaim_grace_seconds/);
 });

@@ -358,7 +358,7 @@ describe("4. settings of record: nobody's guard is weaker than the deployment's"
     // An operator's shell with the default-looking grace of 2 s: not due, and says why.
     const report = await reclaim(local, { overrides: { graceSeconds: 2 } });
     expect(report.reclaimed).toBe(0);
-    expect(report.settings.raised).toContain('reclaim_grace_seconds');
+    expect(report.settings.tightened).toContain('reclaim_grace_seconds');
     expect(report.settings.effective.graceSeconds).toBe(3600);
     expect(local.provisioner.sandbox(sandboxId)).toBeDefined();
     // The guard enforces it whatever a caller passes.
@@ -377,6 +377,40 @@ describe("4. settings of record: nobody's guard is weaker than the deployment's"
     );
     expect(later).toMatchObject({ verdict: ReclaimVerdict.PROCEED, graceSeconds: 3600 });
     expect(later.verdict === ReclaimVerdict.PROCEED && later.holdSeconds).toBeGreaterThan(30);
+  });
+});
+
+describe("4b. settings of record: nobody's brakes are looser than the deployment's", () => {
+  it('an operator run with RECLAIM_MAX_SHARE_PERCENT=100 in its shell is refused where the deployment (50 %) is', async () => {
+    const local = await startLocal();
+    await settingsOfRecord(database.t.db, { ...settings({ maxPerRun: 3 }), recordAs: 'reclaimer' });
+    // A fleet this database knows nothing of (the wrong provisioner, or the wrong database).
+    for (const name of ['a', 'b', 'c', 'd', 'e'])
+      await post(local, `sbx-foreign-${name}-${randomUUID().slice(0, 6)}`);
+    const shell = { maxSharePercent: 100, maxPerRun: 1000 };
+    expect(((await rejectionOf(reclaim(local, { overrides: shell }))) as ReclaimRefusedError).reason).toBe(
+      ReclaimRefusal.NO_KNOWN_SANDBOXES,
+    );
+    await letTimePass(database.t.db, GRACE_SECONDS + 1);
+    expect(((await rejectionOf(reclaim(local, { overrides: shell }))) as ReclaimRefusedError).reason).toBe(
+      ReclaimRefusal.NO_KNOWN_SANDBOXES,
+    );
+    expect(local.provisioner.audit().filter((entry) => entry.method === 'DELETE')).toEqual([]);
+  });
+
+  it('the per-run bound is the smaller of the two', async () => {
+    const local = await startLocal();
+    await settingsOfRecord(database.t.db, {
+      ...settings({ maxPerRun: 2, maxSharePercent: 100 }),
+      recordAs: 'reclaimer',
+    });
+    for (let i = 0; i < 4; i += 1) await post(local, `sbx-many-${i}-${randomUUID().slice(0, 6)}`);
+    const shell = { maxSharePercent: 100, maxPerRun: 1000 };
+    await reclaim(local, { overrides: shell });
+    await letTimePass(database.t.db, GRACE_SECONDS + 1);
+    const report = await reclaim(local, { overrides: shell });
+    expect(report).toMatchObject({ reclaimed: 2, deferred: 2 });
+    expect(report.settings.tightened).toEqual(expect.arrayContaining(['reclaim_max_per_run']));
   });
 });
 

@@ -55,14 +55,19 @@ export function settingsView(settings: SettingsOfRecord): {
   graceSeconds: number;
   runtimeCleanupTimeoutSeconds: number;
   provisionerDeleteTimeoutSeconds: number;
-  raised: string[];
+  maxSharePercent: number;
+  maxPerRun: number;
+  tightened: string[];
   recorded: SettingsOfRecord['recorded'];
 } {
+  const { effective } = settings;
   return {
-    graceSeconds: settings.effective.graceSeconds,
-    runtimeCleanupTimeoutSeconds: settings.effective.runtimeCleanupTimeoutMs / 1000,
-    provisionerDeleteTimeoutSeconds: settings.effective.provisionerDeleteTimeoutSeconds,
-    raised: settings.raised,
+    graceSeconds: effective.graceSeconds,
+    runtimeCleanupTimeoutSeconds: effective.runtimeCleanupTimeoutMs / 1000,
+    provisionerDeleteTimeoutSeconds: effective.provisionerDeleteTimeoutSeconds,
+    maxSharePercent: effective.maxSharePercent,
+    maxPerRun: effective.maxPerRun,
+    tightened: settings.tightened,
     recorded: settings.recorded,
   };
 }
@@ -71,9 +76,10 @@ export function settingsView(settings: SettingsOfRecord): {
 export function renderSettings(settings: SettingsOfRecord): string {
   const by = settings.recorded[0];
   const source = by
-    ? `the deployment's settings of record (recorded by ${by.recordedBy} at ${by.recordedAt})${settings.raised.length ? `, which raised ${settings.raised.join(', ')} above this shell's` : ''}`
+    ? `the deployment's settings of record (recorded by ${by.recordedBy} at ${by.recordedAt})${settings.tightened.length ? `, which are stricter than this shell's in ${settings.tightened.join(', ')}` : ''}`
     : "this shell's configuration: no deployment has recorded its settings in this database";
-  return `Settings: grace ${settings.effective.graceSeconds} s, release bound ${settings.effective.runtimeCleanupTimeoutMs / 1000} s, delete timeout ${settings.effective.provisionerDeleteTimeoutSeconds} s, from ${source}.`;
+  const { effective } = settings;
+  return `Settings: grace ${effective.graceSeconds} s, release bound ${effective.runtimeCleanupTimeoutMs / 1000} s, delete timeout ${effective.provisionerDeleteTimeoutSeconds} s, at most ${effective.maxSharePercent}% of a listing leaked and ${effective.maxPerRun} per run, from ${source}.`;
 }
 
 export function renderOrphans(plan: ReclaimPlan & { settings?: SettingsOfRecord }): string {

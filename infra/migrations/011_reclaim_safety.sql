@@ -227,7 +227,8 @@ CREATE OR REPLACE FUNCTION runtime_cleanup_begin_reclaim(
 --   confirmed      the provisioner confirmed the sandbox gone: the rows that named this
 --                  generation are marked released (with its sandbox id and generation, as
 --                  finalize marks them), the sighting goes, the tombstone stays as the guard laid
---                  it (for a sandbox a scope named, only its listed generation stays refused);
+--                  it (with a listed generation, only that generation and older ones stay
+--                  refused: a fresh container records at once);
 --                  with p_residual_seconds set (an earlier request of the attempt went unanswered
 --                  and may still act) the scopes' records and the tombstone are cut to it;
 --   may_still_act  the DELETE may still act (no answer, 5xx, 202, a reset): every record of the
@@ -270,16 +271,15 @@ CREATE OR REPLACE FUNCTION runtime_cleanup_end_reclaim(
       sighting := 'gone';
       tombstone := 'kept';
       -- Once the DELETE is confirmed, a fresh container may be recorded at once (the deleted one,
-      -- and older ones, stay refused by generation) where nothing else can be pending:
-      --   * a sandbox some scope named: that scope's admissions were refused while the DELETE could
-      --     act (its delete-in-flight record), so no POST of it handed out the deleted container;
-      --   * a listed generation: the listing told the deleted container from any later one.
-      -- A sandbox no row named, listed without generation, has neither: a POST during the DELETE
-      -- may have handed out the very container deleted, and nothing tells its record from a fresh
-      -- one's, so its refusal runs to the hold's end (the delete window plus margin).
-      IF ended > 0 OR EXISTS (SELECT 1 FROM runtime_reclaim_tombstones t
-                              WHERE t.sandbox_id = p_sandbox_id AND t.token = p_token
-                                AND t.reclaimed_generation IS NOT NULL) THEN
+      -- and older ones, stay refused by generation) only where the listing gave the generation:
+      -- it tells the deleted container from any later one. Without it nothing does, whether or not
+      -- a scope named the sandbox: another scope of the same conversation, which derives the same
+      -- id and was never blocked by this attempt's records, may have POSTed during the DELETE and
+      -- been handed the very container deleted. So its refusal runs to the hold's end (the delete
+      -- window plus margin): minutes, not the grace.
+      IF EXISTS (SELECT 1 FROM runtime_reclaim_tombstones t
+                 WHERE t.sandbox_id = p_sandbox_id AND t.token = p_token
+                   AND t.reclaimed_generation IS NOT NULL) THEN
         UPDATE runtime_reclaim_tombstones t
           SET refuse_all_until = CASE WHEN residual IS NULL THEN clock_timestamp()
                                       ELSE least(t.refuse_all_until, clock_timestamp() + make_interval(secs => residual)) END

@@ -526,7 +526,10 @@ describe('7. deterministic sandbox ids and a provisioner without generations', (
   /** The platform's own rule: the sandbox id is derived from the conversation. */
   const idOf = (threadId: string) => createHash('sha256').update(threadId).digest('hex').slice(0, 12);
 
-  it("the conversation's recorded sandbox, reclaimed: its next container records at once", async () => {
+  /** The attempt's hold: its bound, the guard's lock wait, the provisioner's delete time, the margin. */
+  const HOLD_SECONDS = 15 + 5 + 5 + 10;
+
+  it("the conversation's recorded sandbox, reclaimed: its next container records after the delete window, not a grace later", async () => {
     const local = await startLocal('platform');
     const s = await scope();
     const sandboxId = idOf(s.threadId);
@@ -534,14 +537,44 @@ describe('7. deterministic sandbox ids and a provisioner without generations', (
     // The platform records its own counter as the generation (the provisioner reports none).
     await upsertSandbox(database.t.db, { ...s, sandboxId, generation: 1 });
     await insertRun(database.t.db, { ...s, status: 'completed' });
+    const grace = { graceSeconds: 3600 };
+    await reclaim(local, { overrides: grace });
+    await letTimePass(database.t.db, grace.graceSeconds + 1);
+    expect((await reclaim(local, { overrides: grace })).reclaimed).toBe(1);
+    // The next run of the conversation: POST (a fresh container, same id) and record. Within the
+    // delete window nothing tells it from the container just deleted: refused.
+    await post(local, sandboxId);
+    const refused = await rejectionOf(upsertSandbox(database.t.db, { ...s, sandboxId, generation: 2 }));
+    expect((refused as { code?: string }).code).toBe('55006');
+    await letTimePass(database.t.db, HOLD_SECONDS + 1);
+    await upsertSandbox(database.t.db, { ...s, sandboxId, generation: 2 });
+    // Even a sloppy platform that records 1 again is not locked out for the grace.
+    await upsertSandbox(database.t.db, { ...s, sandboxId, generation: 1 });
+  });
+
+  it('another scope of the conversation, handed the container during the DELETE, cannot record it after the confirmation', async () => {
+    const local = await startLocal('platform');
+    const s = await scope();
+    const sandboxId = idOf(s.threadId);
+    await post(local, sandboxId);
+    await upsertSandbox(database.t.db, { ...s, sandboxId, generation: 1 });
+    await insertRun(database.t.db, { ...s, status: 'completed' });
     await reclaim(local);
     await letTimePass(database.t.db, GRACE_SECONDS + 1);
-    expect((await reclaim(local)).reclaimed).toBe(1);
-    // The next run of the conversation: POST (a fresh container, same id) and record.
+    // Scope B of the same conversation (no row yet, so not blocked) POSTs while the DELETE hangs:
+    // the provisioner hands it the live container, the one being deleted.
+    local.provisioner.setFault(sandboxId, { latencyMs: 300, times: 1 });
+    const reclaiming = reclaim(local);
+    await local.provisioner.waitForRequest(
+      (entry) => entry.method === 'DELETE' && entry.sandboxId === sandboxId,
+      10_000,
+    );
     await post(local, sandboxId);
-    await upsertSandbox(database.t.db, { ...s, sandboxId, generation: 2 });
-    // Even a sloppy platform that records 1 again is not locked out.
-    await upsertSandbox(database.t.db, { ...s, sandboxId, generation: 1 });
+    expect((await reclaiming).reclaimed).toBe(1);
+    expect(local.provisioner.sandbox(sandboxId)).toBeUndefined();
+    const b = { ...s, runtimeScopeId: `scope-b-${randomUUID().slice(0, 6)}` };
+    const refused = await rejectionOf(upsertSandbox(database.t.db, { ...b, sandboxId, generation: 1 }));
+    expect((refused as { code?: string }).code).toBe('55006');
   });
 
   it('an unrecorded container of the conversation, reclaimed: its next one records after the delete window, not a grace later', async () => {
@@ -559,9 +592,8 @@ describe('7. deterministic sandbox ids and a provisioner without generations', (
     // Within the delete window a record of the id may name the container just deleted: refused.
     const refused = await rejectionOf(upsertSandbox(database.t.db, { ...s, sandboxId, generation: 1 }));
     expect((refused as { code?: string }).code).toBe('55006');
-    // The window is the attempt's hold (its bound, lock wait, delete time, margin), far below the grace.
-    const holdSeconds = 15 + 5 + 5 + 10;
-    await letTimePass(database.t.db, holdSeconds + 1);
+    // The window is the attempt's hold, far below the grace.
+    await letTimePass(database.t.db, HOLD_SECONDS + 1);
     await upsertSandbox(database.t.db, { ...s, sandboxId, generation: 1 });
   });
 });

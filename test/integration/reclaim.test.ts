@@ -338,10 +338,15 @@ describe('a scope that becomes active between the listing and the DELETE wins', 
     provisioner.clearFaults(sandboxId);
     expect(await reclaiming).toMatchObject({ kind: 'reclaimed' });
     expect(provisioner.sandbox(sandboxId)).toBeUndefined();
-    // Answered: the scope is free again, and the new run gets a new sandbox.
+    // Answered: the scope is free again. The platform's listing gives no generation, so nothing
+    // tells a fresh container of this id from the one just deleted (another scope deriving the
+    // same id may have been handed it during the DELETE): its record waits out the attempt's hold
+    // (the delete window plus margin), then the new run gets its new sandbox.
     expect(await PlatformSimulator.isBlocked(database.t.db, s)).toBe(false);
-    const admitted = await platform.admitRootRun({ ...s, workdirPath: 'projects/x' });
-    expect(admitted).toBeDefined();
+    const refusedRecord = await rejectionOf(platform.admitRootRun({ ...s, workdirPath: 'projects/x' }));
+    expect((refusedRecord as { code?: string }).code).toBe('55006');
+    await letTimePass(database.t.db, 15 + 5 + 5 + 10 + 1);
+    await platform.acquireSandbox({ ...s, workdirPath: 'projects/x' });
     expect(provisioner.sandbox(sandboxId)).toBeDefined();
   });
 

@@ -1,21 +1,29 @@
 /**
- * Four tiers, one Vitest project each (`npm run test:<tier>`; `npm test` runs them all):
+ * Five tiers, one Vitest project each (`npm run test:<tier>`; `npm test` runs all but platform):
  *
  * - unit: pure logic. No database, no global setup, and no sockets (test/support/no-network.ts
  *   makes opening one fail the test), so it runs in seconds anywhere.
  * - integration: the phases against a real PostgreSQL and real local HTTP servers.
  * - e2e: through the local stack (SQS emulator, provisioner, handlers) and the real CLIs.
  * - chaos: the seeded fault-injection suite and its harness.
+ * - platform: through the local stack against a real FastAPI provisioner that behaves as the
+ *   platform's does (test/platform/fastapi-provisioner/app.py). It needs Debian's python3-fastapi
+ *   and python3-uvicorn, which a new clone may lack: `npm test` leaves it out, `.ci/run` installs
+ *   them and runs `npm run test:platform` after the other tiers.
  *
- * The last three share one PostgreSQL per run (test/support/global-setup.ts).
+ * All but unit share one PostgreSQL per run (test/support/global-setup.ts), and one driver:
+ * DATABASE_DRIVER, else neon (test/support/suite-driver.ts), set in their workers' environment so
+ * that every command a test starts inherits it. `npm run test:tcp` runs integration and e2e over tcp.
  *
  * RUNTIME_CLEANUP_TEST_FIXTURE=<name> swaps every tier's tests for the fixture files
  * test/fixtures/<name>/<tier>.test.ts: the exit-status check runs the real scripts on a fixture
  * that is known to fail (or to pass) and expects their exit status. Normal runs never include them.
  */
 import { defineConfig } from 'vitest/config';
+import { suiteDriver } from './test/support/suite-driver.ts';
 
 const DATABASE_SETUP = ['test/support/global-setup.ts'];
+const DATABASE_ENV = { DATABASE_DRIVER: suiteDriver() };
 const fixture = process.env.RUNTIME_CLEANUP_TEST_FIXTURE;
 
 function tier(
@@ -26,6 +34,7 @@ function tier(
     setupFiles?: string[];
     sequence?: { groupOrder: number };
     fileParallelism?: boolean;
+    env?: Record<string, string>;
   } = {},
 ) {
   return {
@@ -42,8 +51,11 @@ export default defineConfig({
   test: {
     projects: [
       tier('unit', ['test/unit/**/*.test.ts'], { setupFiles: ['test/support/no-network.ts'] }),
-      tier('integration', ['test/integration/**/*.test.ts'], { globalSetup: DATABASE_SETUP }),
-      tier('e2e', ['test/e2e/**/*.test.ts'], { globalSetup: DATABASE_SETUP }),
+      tier('integration', ['test/integration/**/*.test.ts'], {
+        globalSetup: DATABASE_SETUP,
+        env: DATABASE_ENV,
+      }),
+      tier('e2e', ['test/e2e/**/*.test.ts'], { globalSetup: DATABASE_SETUP, env: DATABASE_ENV }),
       // After the other tiers, on a machine of its own, one file at a time: the chaos suite checks
       // a convergence bound in seconds, which holds on two cores shared with one engine's 20 runs,
       // not with every e2e stack of the other tiers (seen: 23 s), nor with the second engine of
@@ -52,9 +64,11 @@ export default defineConfig({
       // 13–17 s).
       tier('chaos', ['test/chaos/**/*.test.ts'], {
         globalSetup: DATABASE_SETUP,
+        env: DATABASE_ENV,
         sequence: { groupOrder: 1 },
         fileParallelism: false,
       }),
+      tier('platform', ['test/platform/**/*.test.ts'], { globalSetup: DATABASE_SETUP, env: DATABASE_ENV }),
     ],
     pool: 'forks',
     // Two cores: more workers only add contention to timing-sensitive lock tests.

@@ -13,7 +13,7 @@ then the pending migrations in infra/migrations to the database DATABASE_URL nam
 postgres://postgres@127.0.0.1:5432/postgres), in one transaction under an advisory lock, and exits.
 Idempotent: what is already applied is skipped. Takes no options.
 
-Variables: DATABASE_URL, DATABASE_WS_PROXY, DATABASE_CONNECT_TIMEOUT_MS,
+Variables: DATABASE_URL, DATABASE_DRIVER, DATABASE_WS_PROXY, DATABASE_CONNECT_TIMEOUT_MS,
 DATABASE_LOCK_TIMEOUT_MS, DATABASE_STATEMENT_TIMEOUT_MS (DATABASE_URL_PARAMETER is not read here:
 export DATABASE_URL from the parameter first).
 Exit status: 0 applied or up to date, 1 failed, 2 usage error.`;
@@ -25,7 +25,8 @@ async function main(): Promise<void> {
   const url = config.databaseUrl ?? 'postgres://postgres@127.0.0.1:5432/postgres';
   const db = await openLocalDatabase({
     url,
-    ...(config.databaseWsProxy ? { wsProxy: config.databaseWsProxy } : {}),
+    driver: config.databaseDriver,
+    wsProxy: config.databaseWsProxy,
     maxConnections: 1,
     lockTimeoutMs: config.databaseLockTimeoutMs,
     // Migrations may rewrite tables: give them longer than a cleanup transaction gets.

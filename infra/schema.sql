@@ -44,6 +44,19 @@ CREATE TABLE runtime_cleanup_overrides (
   metric_reported_at timestamp with time zone
 );
 
+CREATE TABLE runtime_cleanup_settings (
+  name text NOT NULL,
+  value double precision NOT NULL,
+  recorded_at timestamp with time zone NOT NULL DEFAULT now(),
+  recorded_by text NOT NULL
+);
+
+CREATE TABLE runtime_reclaim_pairings (
+  provisioner text NOT NULL,
+  confirmed_at timestamp with time zone NOT NULL,
+  evidence text NOT NULL
+);
+
 CREATE TABLE runtime_reclaim_sightings (
   sandbox_id text NOT NULL,
   listed_generation bigint,
@@ -58,7 +71,9 @@ CREATE TABLE runtime_reclaim_tombstones (
   sandbox_id text NOT NULL,
   reclaimed_generation bigint,
   reclaimed_at timestamp with time zone NOT NULL DEFAULT now(),
-  expires_at timestamp with time zone NOT NULL
+  expires_at timestamp with time zone NOT NULL,
+  refuse_all_until timestamp with time zone,
+  token text NOT NULL
 );
 
 CREATE TABLE sandbox_runtimes (
@@ -96,8 +111,12 @@ ALTER TABLE conversations ADD CONSTRAINT conversations_thread_id_key UNIQUE (thr
 ALTER TABLE runtime_cleanup_overrides ADD CONSTRAINT runtime_cleanup_overrides_actor_check CHECK (((length(btrim(actor)) >= 1) AND (length(btrim(actor)) <= 128)));
 ALTER TABLE runtime_cleanup_overrides ADD CONSTRAINT runtime_cleanup_overrides_pkey PRIMARY KEY (id);
 ALTER TABLE runtime_cleanup_overrides ADD CONSTRAINT runtime_cleanup_overrides_reason_check CHECK (((length(btrim(reason)) >= 1) AND (length(btrim(reason)) <= 500)));
+ALTER TABLE runtime_cleanup_settings ADD CONSTRAINT runtime_cleanup_settings_pkey PRIMARY KEY (name);
+ALTER TABLE runtime_cleanup_settings ADD CONSTRAINT runtime_cleanup_settings_recorded_by_check CHECK (((length(btrim(recorded_by)) >= 1) AND (length(btrim(recorded_by)) <= 200)));
+ALTER TABLE runtime_cleanup_settings ADD CONSTRAINT runtime_cleanup_settings_value_check CHECK ((value >= (0)::double precision));
+ALTER TABLE runtime_reclaim_pairings ADD CONSTRAINT runtime_reclaim_pairings_pkey PRIMARY KEY (provisioner);
 ALTER TABLE runtime_reclaim_sightings ADD CONSTRAINT runtime_reclaim_sightings_pkey PRIMARY KEY (sandbox_id);
-ALTER TABLE runtime_reclaim_tombstones ADD CONSTRAINT runtime_reclaim_tombstones_pkey PRIMARY KEY (sandbox_id);
+ALTER TABLE runtime_reclaim_tombstones ADD CONSTRAINT runtime_reclaim_tombstones_pkey PRIMARY KEY (sandbox_id, token);
 ALTER TABLE sandbox_runtimes ADD CONSTRAINT sandbox_runtimes_pkey PRIMARY KEY (uid, runtime_scope_id);
 ALTER TABLE schema_functions ADD CONSTRAINT schema_functions_pkey PRIMARY KEY (name);
 ALTER TABLE schema_migrations ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
@@ -112,6 +131,7 @@ CREATE INDEX runtime_cleanup_overrides_by_run ON public.runtime_cleanup_override
 CREATE INDEX runtime_cleanup_overrides_by_scope ON public.runtime_cleanup_overrides USING btree (uid, runtime_scope_id);
 CREATE INDEX runtime_cleanup_overrides_by_time ON public.runtime_cleanup_overrides USING btree (forced_at DESC);
 CREATE INDEX runtime_cleanup_overrides_unreported ON public.runtime_cleanup_overrides USING btree (id) WHERE (metric_reported_at IS NULL);
+CREATE INDEX sandbox_runtimes_by_delete_in_flight_token ON public.sandbox_runtimes USING btree (delete_in_flight_token) WHERE (delete_in_flight_token IS NOT NULL);
 CREATE INDEX sandbox_runtimes_by_in_flight_sandbox ON public.sandbox_runtimes USING btree (delete_in_flight_sandbox_id) WHERE (delete_in_flight_sandbox_id IS NOT NULL);
 CREATE INDEX sandbox_runtimes_by_sandbox ON public.sandbox_runtimes USING btree (sandbox_id);
 
@@ -151,18 +171,22 @@ AS $function$
   END
   $function$;
 
-CREATE OR REPLACE FUNCTION public.runtime_cleanup_begin_reclaim(p_sandbox_id text, p_generation bigint, p_grace_seconds double precision, p_hold_seconds double precision, p_token text, p_lock_timeout_ms integer)
- RETURNS TABLE(verdict text, uid text, runtime_scope_id text, in_flight_until timestamp with time zone)
+CREATE OR REPLACE FUNCTION public.runtime_cleanup_begin_reclaim(p_sandbox_id text, p_generation bigint, p_generation_listed boolean, p_grace_seconds double precision, p_hold_seconds double precision, p_token text, p_lock_timeout_ms integer)
+ RETURNS TABLE(verdict text, uid text, runtime_scope_id text, in_flight_until timestamp with time zone, grace_seconds double precision, hold_seconds double precision)
  LANGUAGE plpgsql
 AS $function$
   DECLARE
     locked text[] := ARRAY[]::text[];
     owner record;
     hold text;
+    grace double precision;
+    hold_for double precision;
     new_until timestamptz;
   BEGIN
     PERFORM runtime_cleanup_require_read_committed();
     PERFORM set_config('lock_timeout', p_lock_timeout_ms::text, true);
+    grace := runtime_cleanup_setting_of_record('reclaim_grace_seconds', p_grace_seconds);
+    hold_for := runtime_cleanup_setting_of_record('reclaim_hold_seconds', p_hold_seconds);
 
     FOR owner IN
       SELECT s.uid, s.runtime_scope_id FROM sandbox_runtimes s
@@ -179,16 +203,16 @@ AS $function$
       WHERE (s.sandbox_id = p_sandbox_id OR s.delete_in_flight_sandbox_id = p_sandbox_id)
         AND NOT ((length(s.uid)::text || ':' || s.uid || ':' || s.runtime_scope_id) = ANY (locked))
     ) THEN
-      RETURN QUERY SELECT 'owner_changed'::text, NULL::text, NULL::text, NULL::timestamptz;
+      RETURN QUERY SELECT 'owner_changed'::text, NULL::text, NULL::text, NULL::timestamptz, grace, hold_for;
       RETURN;
     END IF;
 
     PERFORM 1 FROM runtime_reclaim_sightings g
       WHERE g.sandbox_id = p_sandbox_id
-        AND g.first_seen_at <= clock_timestamp() - make_interval(secs => p_grace_seconds)
+        AND g.first_seen_at <= clock_timestamp() - make_interval(secs => grace)
       FOR UPDATE;
     IF NOT FOUND THEN
-      RETURN QUERY SELECT 'not_sighted'::text, NULL::text, NULL::text, NULL::timestamptz;
+      RETURN QUERY SELECT 'not_sighted'::text, NULL::text, NULL::text, NULL::timestamptz, grace, hold_for;
       RETURN;
     END IF;
     -- Another reclaim's DELETE of this id may still act (the schedule and `ops reclaim --yes`, or
@@ -196,7 +220,7 @@ AS $function$
     -- this one's end clear its.
     IF EXISTS (SELECT 1 FROM runtime_reclaim_sightings g
                WHERE g.sandbox_id = p_sandbox_id AND g.reclaim_in_flight_until > clock_timestamp()) THEN
-      RETURN QUERY SELECT 'delete_in_flight'::text, NULL::text, NULL::text, NULL::timestamptz;
+      RETURN QUERY SELECT 'delete_in_flight'::text, NULL::text, NULL::text, NULL::timestamptz, grace, hold_for;
       RETURN;
     END IF;
 
@@ -205,14 +229,14 @@ AS $function$
       WHERE s.sandbox_id = p_sandbox_id OR s.delete_in_flight_sandbox_id = p_sandbox_id
       ORDER BY s.uid, s.runtime_scope_id
     LOOP
-      hold := runtime_reclaim_scope_hold(owner.uid, owner.runtime_scope_id, p_grace_seconds);
+      hold := runtime_reclaim_scope_hold(owner.uid, owner.runtime_scope_id, grace);
       IF hold IS NOT NULL THEN
-        RETURN QUERY SELECT hold, owner.uid, owner.runtime_scope_id, NULL::timestamptz;
+        RETURN QUERY SELECT hold, owner.uid, owner.runtime_scope_id, NULL::timestamptz, grace, hold_for;
         RETURN;
       END IF;
     END LOOP;
 
-    new_until := clock_timestamp() + make_interval(secs => p_hold_seconds);
+    new_until := clock_timestamp() + make_interval(secs => hold_for);
     UPDATE sandbox_runtimes s
       SET delete_in_flight_until = greatest(new_until, s.delete_in_flight_until),
           delete_in_flight_token = p_token,
@@ -223,7 +247,16 @@ AS $function$
     UPDATE runtime_reclaim_sightings g
       SET reclaim_in_flight_until = new_until, reclaim_in_flight_token = p_token
       WHERE g.sandbox_id = p_sandbox_id;
-    RETURN QUERY SELECT 'proceed'::text, NULL::text, NULL::text, new_until;
+    DELETE FROM runtime_reclaim_tombstones t
+      WHERE greatest(t.expires_at, t.refuse_all_until) <= clock_timestamp();
+    INSERT INTO runtime_reclaim_tombstones (sandbox_id, token, reclaimed_generation, reclaimed_at, refuse_all_until, expires_at)
+      VALUES (p_sandbox_id, p_token,
+              CASE WHEN p_generation_listed THEN p_generation END,
+              now(), new_until,
+              CASE WHEN p_generation_listed
+                   THEN greatest(new_until, clock_timestamp() + make_interval(secs => grace))
+                   ELSE new_until END);
+    RETURN QUERY SELECT 'proceed'::text, NULL::text, NULL::text, new_until, grace, hold_for;
   END
   $function$;
 
@@ -306,10 +339,12 @@ AS $function$
 
 CREATE OR REPLACE FUNCTION public.runtime_cleanup_blocked(uid text, runtime_scope_id text)
  RETURNS boolean
- LANGUAGE sql
+ LANGUAGE plpgsql
  STABLE PARALLEL SAFE
 AS $function$
-    SELECT EXISTS (
+  BEGIN
+    PERFORM runtime_cleanup_require_read_committed();
+    RETURN EXISTS (
       SELECT 1 FROM agent_runs r
       WHERE r.uid = runtime_cleanup_blocked.uid
         AND r.runtime_scope_id = runtime_cleanup_blocked.runtime_scope_id
@@ -320,7 +355,8 @@ AS $function$
       WHERE s.uid = runtime_cleanup_blocked.uid
         AND s.runtime_scope_id = runtime_cleanup_blocked.runtime_scope_id
         AND s.delete_in_flight_until > now()
-    )
+    );
+  END
   $function$;
 
 CREATE OR REPLACE FUNCTION public.runtime_cleanup_descendants(p_run_id text)
@@ -336,6 +372,101 @@ AS $function$
       FROM agent_runs a JOIN descendants d ON a.created_by_run_id = d.id
     )
     SELECT d.id, d.status, d.run_type, d.runtime_scope_id FROM descendants d
+  $function$;
+
+CREATE OR REPLACE FUNCTION public.runtime_cleanup_end_delete_in_flight(p_token text, p_floor_until timestamp with time zone, p_residual_seconds double precision)
+ RETURNS TABLE(uid text, runtime_scope_id text, until timestamp with time zone)
+ LANGUAGE sql
+AS $function$
+    WITH mine AS (
+      SELECT s.uid, s.runtime_scope_id,
+             CASE
+               WHEN p_residual_seconds IS NULL
+                 THEN CASE WHEN p_floor_until > clock_timestamp() THEN p_floor_until END
+               ELSE least(s.delete_in_flight_until,
+                          greatest(p_floor_until, clock_timestamp() + make_interval(secs => p_residual_seconds)))
+             END AS until
+      FROM sandbox_runtimes s
+      WHERE s.delete_in_flight_token = p_token
+      FOR UPDATE
+    )
+    UPDATE sandbox_runtimes s
+    SET delete_in_flight_until = mine.until,
+        delete_in_flight_token = CASE WHEN mine.until IS NULL THEN NULL ELSE s.delete_in_flight_token END,
+        delete_in_flight_run_id = CASE WHEN mine.until IS NULL THEN NULL ELSE s.delete_in_flight_run_id END,
+        delete_in_flight_sandbox_id = CASE WHEN mine.until IS NULL THEN NULL ELSE s.delete_in_flight_sandbox_id END,
+        delete_in_flight_generation = CASE WHEN mine.until IS NULL THEN NULL ELSE s.delete_in_flight_generation END
+    FROM mine
+    WHERE s.uid = mine.uid AND s.runtime_scope_id = mine.runtime_scope_id
+    RETURNING mine.uid, mine.runtime_scope_id, mine.until
+  $function$;
+
+CREATE OR REPLACE FUNCTION public.runtime_cleanup_end_reclaim(p_token text, p_sandbox_id text, p_generation bigint, p_ending text, p_residual_seconds double precision)
+ RETURNS TABLE(rows_ended integer, sighting text, tombstone text)
+ LANGUAGE plpgsql
+AS $function$
+  DECLARE
+    residual double precision;
+    ended integer;
+  BEGIN
+    IF p_ending NOT IN ('confirmed', 'may_still_act', 'answered', 'not_sent') THEN
+      RAISE EXCEPTION 'runtime_cleanup_end_reclaim: unknown ending %', p_ending USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_ending = 'may_still_act' AND p_residual_seconds IS NULL THEN
+      RAISE EXCEPTION 'runtime_cleanup_end_reclaim: may_still_act needs its residual window' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    residual := CASE WHEN p_ending IN ('may_still_act', 'confirmed') AND p_residual_seconds IS NOT NULL
+                     THEN runtime_cleanup_setting_of_record('reclaim_residual_seconds', p_residual_seconds) END;
+    IF p_ending = 'confirmed' THEN
+      UPDATE sandbox_runtimes s
+        SET released_at = now(), released_sandbox_id = s.sandbox_id, released_generation = s.generation
+        WHERE s.delete_in_flight_token = p_token AND s.sandbox_id = p_sandbox_id AND s.generation = p_generation
+          AND NOT runtime_cleanup_generation_released(s.released_at, s.released_sandbox_id, s.released_generation,
+                                                      s.sandbox_id, s.generation);
+    END IF;
+    SELECT count(*)::int INTO ended FROM runtime_cleanup_end_delete_in_flight(p_token, NULL, residual);
+
+    IF p_ending = 'confirmed' THEN
+      DELETE FROM runtime_reclaim_sightings g WHERE g.sandbox_id = p_sandbox_id AND g.reclaim_in_flight_token = p_token;
+      sighting := 'gone';
+      tombstone := 'kept';
+      -- Once the DELETE is confirmed, a fresh container may be recorded at once (the deleted one,
+      -- and older ones, stay refused by generation) only where the listing gave the generation:
+      -- it tells the deleted container from any later one. Without it nothing does, whether or not
+      -- a scope named the sandbox: another scope of the same conversation, which derives the same
+      -- id and was never blocked by this attempt's records, may have POSTed during the DELETE and
+      -- been handed the very container deleted. So its refusal runs to the hold's end (the delete
+      -- window plus margin): minutes, not the grace.
+      IF EXISTS (SELECT 1 FROM runtime_reclaim_tombstones t
+                 WHERE t.sandbox_id = p_sandbox_id AND t.token = p_token
+                   AND t.reclaimed_generation IS NOT NULL) THEN
+        UPDATE runtime_reclaim_tombstones t
+          SET refuse_all_until = CASE WHEN residual IS NULL THEN clock_timestamp()
+                                      ELSE least(t.refuse_all_until, clock_timestamp() + make_interval(secs => residual)) END
+          WHERE t.sandbox_id = p_sandbox_id AND t.token = p_token;
+        tombstone := 'kept for the generation';
+      END IF;
+    ELSIF p_ending = 'may_still_act' THEN
+      UPDATE runtime_reclaim_sightings g
+        SET reclaim_in_flight_until = least(g.reclaim_in_flight_until, clock_timestamp() + make_interval(secs => residual))
+        WHERE g.sandbox_id = p_sandbox_id AND g.reclaim_in_flight_token = p_token;
+      UPDATE runtime_reclaim_tombstones t
+        SET refuse_all_until = least(t.refuse_all_until, clock_timestamp() + make_interval(secs => residual))
+        WHERE t.sandbox_id = p_sandbox_id AND t.token = p_token;
+      sighting := 'quarantined';
+      tombstone := 'cut';
+    ELSE
+      UPDATE runtime_reclaim_sightings g
+        SET reclaim_in_flight_until = NULL, reclaim_in_flight_token = NULL
+        WHERE g.sandbox_id = p_sandbox_id AND g.reclaim_in_flight_token = p_token;
+      DELETE FROM runtime_reclaim_tombstones t WHERE t.sandbox_id = p_sandbox_id AND t.token = p_token;
+      sighting := 'kept';
+      tombstone := 'gone';
+    END IF;
+    DELETE FROM runtime_reclaim_tombstones t WHERE greatest(t.expires_at, t.refuse_all_until) <= clock_timestamp();
+    rows_ended := ended;
+    RETURN NEXT;
+  END
   $function$;
 
 CREATE OR REPLACE FUNCTION public.runtime_cleanup_fence_check(p_run_id text)
@@ -658,6 +789,30 @@ AS $function$
   END
   $function$;
 
+CREATE OR REPLACE FUNCTION public.runtime_cleanup_setting_of_record(p_name text, p_value double precision)
+ RETURNS double precision
+ LANGUAGE sql
+ STABLE PARALLEL SAFE
+AS $function$
+    SELECT greatest(p_value, (SELECT s.value FROM runtime_cleanup_settings s WHERE s.name = p_name))
+  $function$;
+
+CREATE OR REPLACE FUNCTION public.runtime_cleanup_settings_of_record(p_settings jsonb, p_by text)
+ RETURNS TABLE(name text, value double precision, recorded_at timestamp with time zone, recorded_by text)
+ LANGUAGE plpgsql
+AS $function$
+  BEGIN
+    IF p_by IS NOT NULL THEN
+      INSERT INTO runtime_cleanup_settings AS s (name, value, recorded_at, recorded_by)
+      SELECT e.key, (e.value #>> '{}')::double precision, now(), p_by
+      FROM jsonb_each(p_settings) AS e
+      ON CONFLICT ON CONSTRAINT runtime_cleanup_settings_pkey DO UPDATE
+        SET value = EXCLUDED.value, recorded_at = EXCLUDED.recorded_at, recorded_by = EXCLUDED.recorded_by;
+    END IF;
+    RETURN QUERY SELECT s.name, s.value, s.recorded_at, s.recorded_by FROM runtime_cleanup_settings s ORDER BY s.name;
+  END
+  $function$;
+
 CREATE OR REPLACE FUNCTION public.runtime_cleanup_status_is_active(status text)
  RETURNS boolean
  LANGUAGE sql
@@ -727,22 +882,28 @@ AS $function$
       -- can act on it for a whole grace (it needs a sighting that old), by when this row is
       -- committed and the guard sees its owner. Locking every row instead took one advisory lock per
       -- id: a bulk upsert of 50 k sandboxes ran out of shared memory (max_locks_per_transaction).
-      IF EXISTS (SELECT 1 FROM runtime_reclaim_sightings g WHERE g.sandbox_id = NEW.sandbox_id) THEN
+      IF EXISTS (SELECT 1 FROM runtime_reclaim_sightings g WHERE g.sandbox_id = NEW.sandbox_id)
+         OR EXISTS (SELECT 1 FROM runtime_reclaim_tombstones t WHERE t.sandbox_id = NEW.sandbox_id) THEN
+        PERFORM runtime_cleanup_require_read_committed();
         PERFORM pg_advisory_xact_lock(runtime_reclaim_lock_key(NEW.sandbox_id));
       END IF;
-      SELECT g.reclaim_in_flight_until INTO until FROM runtime_reclaim_sightings g
-        WHERE g.sandbox_id = NEW.sandbox_id AND g.reclaim_in_flight_until > clock_timestamp();
-      IF FOUND THEN
+      SELECT max(greatest(g.reclaim_in_flight_until, t.refuse_all_until)) INTO until
+        FROM (SELECT NEW.sandbox_id AS sandbox_id) n
+        LEFT JOIN runtime_reclaim_sightings g
+          ON g.sandbox_id = n.sandbox_id AND g.reclaim_in_flight_until > clock_timestamp()
+        LEFT JOIN runtime_reclaim_tombstones t
+          ON t.sandbox_id = n.sandbox_id AND t.refuse_all_until > clock_timestamp();
+      IF until IS NOT NULL THEN
         RAISE EXCEPTION 'sandbox % is being reclaimed (a DELETE may act until %); create or record it again after that', NEW.sandbox_id, until
           USING ERRCODE = '55006';
       END IF;
-      -- A confirmed reclaim deleted this id (at most this generation): a record of it, or of a
-      -- generation not newer, names a deleted container (handed out by a POST before the DELETE).
-      SELECT t.expires_at INTO until FROM runtime_reclaim_tombstones t
+      -- A confirmed reclaim deleted this id at a generation the provisioner listed: a record of
+      -- it, or of a generation not newer, names a deleted container.
+      SELECT max(t.expires_at) INTO until FROM runtime_reclaim_tombstones t
         WHERE t.sandbox_id = NEW.sandbox_id AND t.expires_at > clock_timestamp()
-          AND (t.reclaimed_generation IS NULL OR NEW.generation <= t.reclaimed_generation);
-      IF FOUND THEN
-        RAISE EXCEPTION 'sandbox % generation % was reclaimed (deleted); create it again (POST) and record the new generation (refused for unknown generations until %)', NEW.sandbox_id, NEW.generation, until
+          AND t.reclaimed_generation IS NOT NULL AND NEW.generation <= t.reclaimed_generation;
+      IF until IS NOT NULL THEN
+        RAISE EXCEPTION 'sandbox % generation % was reclaimed (deleted); create it again (POST) and record the new generation (refused for generations up to the deleted one until %)', NEW.sandbox_id, NEW.generation, until
           USING ERRCODE = '55006';
       END IF;
     END IF;

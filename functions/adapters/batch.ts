@@ -14,8 +14,8 @@
 import { BatchProcessor, EventType, processPartialResponse } from '@aws-lambda-powertools/batch';
 import type { Logger } from '@aws-lambda-powertools/logger';
 import type { Context, SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
+import { backoffSeconds } from '../cleanup/backoff.ts';
 import { isCleanupError } from '../cleanup/errors.ts';
-import { backoffSeconds } from './backoff.ts';
 import type { CleanupConfig } from './config.ts';
 import { FifoGroupProcessor } from './fifo-group-processor.ts';
 import { MetricName } from './metric-names.ts';

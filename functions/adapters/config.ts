@@ -1,5 +1,11 @@
+import {
+  DATABASE_DRIVERS,
+  type DatabaseDriver,
+  isDatabaseDriver,
+  NEON_HOST_SUFFIXES,
+} from './database-driver.ts';
 import { ConfigError } from './errors.ts';
-import { redactConnectionString } from './redact.ts';
+import { REDACTED, redactConnectionString } from './redact.ts';
 
 /**
  * Configuration, parsed and validated once at cold start. The names, defaults and rules are the
@@ -16,11 +22,24 @@ export interface CleanupConfig {
   /** `host:port` of a local WebSocket bridge for the Neon driver; unset in deployment. */
   databaseWsProxy: string | undefined;
   /**
+   * DATABASE_DRIVER as set. Unset means "by the URL's host" (database-driver.ts), decided where the
+   * URL is known: deployed, it is read from SSM after this.
+   */
+  databaseDriver: DatabaseDriver | undefined;
+  /**
    * As given, not yet validated: only the release function calls the provisioner, so only it (and
    * the local stack) validates it, with `requireProvisionerUrl`. A bad value must not stop the
    * functions that never use it.
    */
   provisionerUrl: string | undefined;
+  /**
+   * The provisioner's bearer token (contract v1.2, section 4): given as is locally and in tests
+   * (SANDBOX_PROVISIONER_TOKEN), or deployed as the SSM SecureString that holds it
+   * (SANDBOX_PROVISIONER_TOKEN_PARAMETER, read at cold start by adapters/provisioner-token.ts).
+   * Never both; never logged.
+   */
+  provisionerToken: string | undefined;
+  provisionerTokenParameter: string | undefined;
   releaseLockTimeoutSeconds: number;
   provisionerDeleteTimeoutSeconds: number;
   runtimeCleanupTimeoutSeconds: number;
@@ -241,7 +260,9 @@ export function loadConfig(env: Env = process.env): CleanupConfig {
     databaseUrl,
     databaseUrlParameter,
     databaseWsProxy: env.DATABASE_WS_PROXY?.trim() || undefined,
+    databaseDriver: optionalDatabaseDriver(env),
     provisionerUrl: env.SANDBOX_PROVISIONER_URL?.trim() || undefined,
+    ...provisionerTokenSettings(env),
     releaseLockTimeoutSeconds,
     provisionerDeleteTimeoutSeconds,
     runtimeCleanupTimeoutSeconds,
@@ -263,6 +284,21 @@ export function loadConfig(env: Env = process.env): CleanupConfig {
   };
 }
 
+/** DATABASE_DRIVER: `neon` or `tcp`, as written (a driver's name, not a word to guess at). */
+function optionalDatabaseDriver(env: Env): DatabaseDriver | undefined {
+  const raw = env.DATABASE_DRIVER;
+  if (raw === undefined || raw.trim() === '') return undefined;
+  const value = raw.trim();
+  if (!isDatabaseDriver(value)) {
+    throw new ConfigError(
+      'DATABASE_DRIVER',
+      raw,
+      `must be ${DATABASE_DRIVERS.map((name) => `'${name}'`).join(' or ')} (unset: 'neon' for a DATABASE_URL on Neon's hosts, *${NEON_HOST_SUFFIXES.join(' or *')}, 'tcp' for any other)`,
+    );
+  }
+  return value;
+}
+
 /** SSM's rule for parameter names (letters, digits, `_.-/`), or the parameter's ARN. */
 const PARAMETER_NAME = /^(arn:[\w-]+:ssm:[\w-]+:\d{12}:parameter)?[\w.\-/]{1,1011}$/;
 
@@ -273,6 +309,40 @@ function optionalParameterName(env: Env, name: string): string | undefined {
     throw new ConfigError(name, raw, 'must be an SSM parameter name (letters, digits and _ . - /) or ARN');
   }
   return raw;
+}
+
+/**
+ * RFC 6750's b64token, what may follow `Bearer ` in an Authorization header: a value with a blank,
+ * a line break or a control character would fail every request (undici refuses such a header) or
+ * split it, instead of failing here.
+ */
+export const BEARER_TOKEN = /^[A-Za-z0-9\-._~+/]+=*$/;
+
+/** The rule a token breaks, worded without showing it (or undefined when it is a bearer token). */
+export function bearerTokenRefusal(token: string): string | undefined {
+  return BEARER_TOKEN.test(token)
+    ? undefined
+    : `must be a token of RFC 6750's form (letters, digits and - . _ ~ + /, then optional =); ${token.length} characters, value not shown`;
+}
+
+function provisionerTokenSettings(
+  env: Env,
+): Pick<CleanupConfig, 'provisionerToken' | 'provisionerTokenParameter'> {
+  const provisionerToken = env.SANDBOX_PROVISIONER_TOKEN?.trim() || undefined;
+  if (provisionerToken !== undefined) {
+    const refusal = bearerTokenRefusal(provisionerToken);
+    // The value is a secret: the line names the variable and the rule, never the token.
+    if (refusal) throw new ConfigError('SANDBOX_PROVISIONER_TOKEN', REDACTED, refusal);
+  }
+  const provisionerTokenParameter = optionalParameterName(env, 'SANDBOX_PROVISIONER_TOKEN_PARAMETER');
+  if (provisionerToken && provisionerTokenParameter) {
+    throw new ConfigError(
+      'SANDBOX_PROVISIONER_TOKEN_PARAMETER',
+      provisionerTokenParameter,
+      'must not be set together with SANDBOX_PROVISIONER_TOKEN: the token has one source',
+    );
+  }
+  return { provisionerToken, provisionerTokenParameter };
 }
 
 /** Every deployed function needs the database: its URL, or the parameter that holds it. */

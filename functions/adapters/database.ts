@@ -1,33 +1,41 @@
-import { Client, neonConfig, Pool, type PoolClient } from '@neondatabase/serverless';
-import { WebSocket } from 'ws';
 import { isCleanupError } from '../cleanup/errors.ts';
 import type { Database, Executor, RoundTripObserver, RoundTripTiming } from '../cleanup/executor.ts';
 import { CONFIG_DEFAULTS, redactUrl } from './config.ts';
+import { DatabaseDriver, databaseDriverFor } from './database-driver.ts';
+import { neonPoolFactory } from './database-neon.ts';
+import type { DriverClient, DriverPool, DriverPoolFactory } from './database-pool.ts';
+import { tcpPoolFactory } from './database-tcp.ts';
 import { DatabaseAuthenticationError, DatabaseLockTimeoutError, DatabaseUnavailableError } from './errors.ts';
-import { isLoopbackHost } from './loopback.ts';
 import { inlineParameters } from './sql-literal.ts';
 
 export type { Database, Executor, RoundTripObserver, RoundTripTiming };
+export { DatabaseDriver };
 
 /**
- * Database access through the production driver, `@neondatabase/serverless`'s `Pool` over
- * WebSocket. Interactive transactions (advisory locks, `FOR UPDATE`) need it: Neon's HTTP
- * `neon()` function cannot hold a transaction open.
- *
- * Locally no Neon proxy exists, so a WebSocket-to-TCP bridge stands in (`wsProxy`). The local
- * entry points start it and pass its address (infra/local/database.ts); nothing here imports it,
- * so no deployed bundle carries local-only code.
+ * The `Database` port (cleanup/executor.ts) over either driver (database-driver.ts): Neon's
+ * serverless driver over WebSocket (database-neon.ts) or node-postgres over TCP (database-tcp.ts).
+ * Both are pg-pool underneath, so everything here is written once against that interface
+ * (database-pool.ts): the client-side bounds, the one-round-trip transaction, the retry on a lost
+ * connection, broken connections kept out of the pool, and the credential re-read on a refused login.
  */
 
 export interface DatabaseOptions {
   url: string;
+  /**
+   * DATABASE_DRIVER: `neon` or `tcp`. Unset, the URL's host decides (`neon` for Neon's hosts, `tcp`
+   * otherwise: database-driver.ts), per pool, so a rotated URL is opened the way its host needs.
+   */
+  driver?: DatabaseDriver;
   /**
    * Reads the connection string again when the database rejects the credentials (SQLSTATE 28P01
    * or 28000: a rotated password). Once per rejection: a changed URL replaces the pool and the
    * work is tried once more; an unchanged one fails with DatabaseAuthenticationError.
    */
   rereadUrl?: () => Promise<string>;
-  /** `host:port` of a local WebSocket bridge; omitted in deployment (Neon's own proxy). */
+  /**
+   * `host:port` of a local WebSocket bridge for the `neon` driver; omitted in deployment (Neon's own
+   * proxy). The `tcp` driver ignores it.
+   */
   wsProxy?: string;
   maxConnections?: number;
   lockTimeoutMs: number;
@@ -106,8 +114,13 @@ const RETRYABLE_SQLSTATES = new Set<string>([
 /** Maps a driver error onto the cleanup's error classes; programming errors pass through. */
 export function translateDatabaseError(error: unknown): unknown {
   if (isCleanupError(error)) return error;
-  const sqlstate = (error as { code?: unknown })?.code;
   const message = describeCause(error);
+  if (isSystemError(error)) {
+    // A socket's or resolver's failure (ECONNREFUSED, ENOTFOUND, ECONNRESET, EPIPE …). Its `code` is
+    // Node's, not a SQLSTATE, though a few (EPIPE, EPERM) look like one: five capitals.
+    return new DatabaseUnavailableError(`database connection failed: ${message}`, {}, { cause: error });
+  }
+  const sqlstate = (error as { code?: unknown })?.code;
   if (sqlstate === SQLSTATE.LOCK_NOT_AVAILABLE || sqlstate === SQLSTATE.QUERY_CANCELED) {
     return new DatabaseLockTimeoutError(
       `database lock or statement timeout: ${message}`,
@@ -132,6 +145,12 @@ export function translateDatabaseError(error: unknown): unknown {
   return error;
 }
 
+/** Node's errors from sockets, TLS and DNS carry `errno` or `syscall`; the server's errors never do. */
+function isSystemError(error: unknown): boolean {
+  const fields = error as { errno?: unknown; syscall?: unknown } | null | undefined;
+  return typeof fields?.errno === 'number' || typeof fields?.syscall === 'string';
+}
+
 /**
  * The words of a driver failure. A WebSocket failure reaches us as the `ws` library's ErrorEvent,
  * not an Error: printed as it is, an operator read "[object Object]" instead of "getaddrinfo
@@ -145,75 +164,27 @@ function describeCause(error: unknown): string {
   return String(error);
 }
 
-/** Points the Neon driver at a local bridge for loopback hosts; other hosts keep Neon's proxy. */
-function configureDriver(wsProxy: string | undefined): void {
-  neonConfig.webSocketConstructor = WebSocket as unknown as typeof neonConfig.webSocketConstructor;
-  if (!wsProxy) return;
-  neonConfig.wsProxy = (host, port) =>
-    isLoopbackHost(host) ? `${wsProxy}/v1?address=${host}:${port}` : `${host}/v2`;
-  neonConfig.useSecureWebSocket = false;
-  neonConfig.pipelineTLS = false;
-  // The default ('password') fails against trust and SCRAM auth on a plain PostgreSQL.
-  neonConfig.pipelineConnect = false;
-  // Coalescing costs about 1.3 ms per query on loopback, where there is no network to save.
-  neonConfig.coalesceWrites = false;
-}
-
 /**
  * Lost connections, and what keeps them from crashing the process.
  *
- * The driver (node-postgres inside `@neondatabase/serverless`) reports a dead connection as an
- * `'error'` event on the Client: its WebSocket and its protocol `connection` emit into it, and it
- * re-emits there — a FATAL the server sends (57P01 when Neon suspends or restarts a compute), a
- * socket that closed, a WebSocket error. An `'error'` event with no listener throws, and
+ * Both drivers (node-postgres, and its fork inside `@neondatabase/serverless`) report a dead
+ * connection as an `'error'` event on the Client: its socket or WebSocket and its protocol
+ * `connection` emit into it, and it re-emits there — a FATAL the server sends (57P01 when Neon
+ * suspends or restarts a compute, or an RDS failover or reboot ends the session), a socket that
+ * closed, a WebSocket error. An `'error'` event with no listener throws, and
  * uncaught it ends the process: in Lambda the whole batch fails and a release batch then waits out
  * its 1,080 s visibility timeout. The pool listens only while a client is idle; it stops the moment
  * it hands one over, and a promise-based `pool.connect()` resolves a microtask later, so a FATAL
  * that arrives in the same WebSocket frame as ReadyForQuery (or between a client's release and its
  * re-acquisition in one frame) is emitted while nobody listens. Reproduced with 30 workers and
  * `pg_terminate_backend`: a crash within seconds. So every client gets a listener in the pool's
- * `'connect'` event — emitted synchronously when the client is created, before it is handed over —
+ * `'connect'` event — pg-pool emits it synchronously once a new client has connected, while its own
+ * idle listener is still on and before it hands the client over (the same in both drivers' pools) —
  * and keeps it for its whole life. The listener only marks the client broken: the statement in
  * flight fails by itself (the driver fails every queued query), and a broken client is discarded
  * on release instead of going back to the pool.
  */
-const brokenClients = new WeakMap<PoolClient, Error>();
-
-/**
- * The Neon driver's Client, for a DATABASE_URL without a password (right for a local PostgreSQL
- * that trusts the login). The driver keeps such a password as null, and a server that asks for
- * one anyway (Neon, RDS, any scram-sha-256 or md5 hba line) made its asynchronous SASL step throw
- * "SASL: protocol error" / "client password must be a string" as a rejection nobody handles, which
- * ends the process (and the connect only ends at its timeout). An empty string does not help: the
- * driver's WebCrypto refuses a zero-length key the same way. So the password becomes the driver's
- * documented password callback, asked when the server wants a password (or, in Neon's pipelined
- * connect, up front), and it refuses at once with DATABASE_AUTH_FAILED (which also makes a deployed function read its URL again). A
- * server that trusts the login never calls it. PGPASSWORD still applies (the driver reads it
- * first); ~/.pgpass is not consulted, and neither is used in deployment.
- */
-class MissingPasswordClient extends Client {
-  constructor(config?: ConstructorParameters<typeof Client>[0]) {
-    super(config);
-    const self = this as unknown as { password: unknown; user: unknown };
-    if (typeof self.password !== 'string' && typeof self.password !== 'function') {
-      const user = String(self.user ?? '');
-      self.password = () => {
-        const refusal = Promise.reject(
-          new DatabaseAuthenticationError(
-            `database asks for a password and DATABASE_URL has none for user ${JSON.stringify(user)}: put the password in the URL (postgres://user:password@host/db)`,
-            { reason: 'no_password' },
-          ),
-        );
-        // Marked handled: in Neon's pipelined connect (its default, deployed) the driver asks for
-        // the password before the socket is open and only listens once it is; a connect that
-        // fails first (a host that does not resolve) would leave this rejection unhandled, which
-        // ends the process. The driver still sees the rejection when it does listen.
-        refusal.catch(() => {});
-        return refusal;
-      };
-    }
-  }
-}
+const brokenClients = new WeakMap<DriverClient, Error>();
 
 /** A bound ran out: retryable (the queue brings the record back), and never retried in-process. */
 function timeoutError(phase: 'connect' | 'query', timeoutMs: number): DatabaseUnavailableError {
@@ -225,16 +196,23 @@ function timeoutError(phase: 'connect' | 'query', timeoutMs: number): DatabaseUn
   );
 }
 
+/** The pool factory of the driver `url` is opened with (DATABASE_DRIVER, else by its host). */
+function poolFactoryFor(url: string, options: DatabaseOptions): DriverPoolFactory {
+  return databaseDriverFor(url, options.driver) === DatabaseDriver.NEON
+    ? neonPoolFactory(options.wsProxy)
+    : tcpPoolFactory();
+}
+
 export async function openDatabase(options: DatabaseOptions): Promise<Database> {
-  configureDriver(options.wsProxy);
   const connectTimeoutMs = Math.trunc(
     options.connectTimeoutMs ?? CONFIG_DEFAULTS.DATABASE_CONNECT_TIMEOUT_MS,
   );
   const queryTimeoutMs = Math.trunc(
     options.queryTimeoutMs ?? options.statementTimeoutMs + QUERY_TIMEOUT_MARGIN_MS,
   );
-  const createPool = (url: string) => {
-    const created = new Pool({
+  const createPool = (url: string): DriverPool => {
+    const makePool = poolFactoryFor(url, options);
+    const created = makePool({
       connectionString: url,
       max: options.maxConnections ?? 10,
       // An idle socket is likelier to be dead (frozen Lambda, proxy idle timeout) than reusable.
@@ -244,10 +222,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
       // moment through its own timer, which the driver cannot delay.
       connectionTimeoutMillis: connectTimeoutMs,
     });
-    // pg-pool's documented `Client` option, set after construction: the Neon pool's constructor
-    // assigns its own Client class over the option.
-    (created as unknown as { Client: typeof Client }).Client = MissingPasswordClient;
-    created.on('connect', (client: PoolClient) => {
+    created.on('connect', (client) => {
       client.on('error', (error: Error) => {
         if (!brokenClients.has(client)) brokenClients.set(client, error);
       });
@@ -265,14 +240,14 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
    * database-url-secret.test.ts). They serve their queue (a refused login there retries on the
    * new pool), their idle connections close after idleTimeoutMillis, and end() ends them too.
    */
-  const retired: Pool[] = [];
+  const retired: DriverPool[] = [];
   let rotating: Promise<boolean> | undefined;
 
   /**
    * After a rejected login: read the URL again (one read for all who were rejected by the same
    * pool) and, if it changed, continue on a new pool.
    */
-  const rotate = (rejectedBy: Pool): Promise<boolean> => {
+  const rotate = (rejectedBy: DriverPool): Promise<boolean> => {
     if (pool !== rejectedBy) return Promise.resolve(true);
     rotating ??= (async () => {
       const next = await options.rereadUrl!();
@@ -286,7 +261,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     });
     return rotating;
   };
-  const withCurrentCredentials = async <T>(work: (target: Pool) => Promise<T>): Promise<T> => {
+  const withCurrentCredentials = async <T>(work: (target: DriverPool) => Promise<T>): Promise<T> => {
     const used = pool;
     try {
       return await work(used);
@@ -317,12 +292,15 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
    * gets no partial response. The timer starts before `pool.connect()`, so that at an equal
    * deadline it fires before the pool's own and the caller is told "connect timed out".
    */
-  const acquire = async (target: Pool): Promise<PoolClient> => {
+  const acquire = async (target: DriverPool): Promise<DriverClient> => {
     let timer: NodeJS.Timeout | undefined;
     const timedOut = new Promise<never>((_, reject) => {
       timer = setTimeout(() => reject(timeoutError('connect', connectTimeoutMs)), connectTimeoutMs);
     });
-    const connecting = target.connect();
+    // As a promise even when the pool throws at once (pg builds the client inside connect(), and
+    // reads the URL's certificate files there): thrown past this, the error went untranslated and
+    // the timer above rejected later with nobody listening, which ends the process.
+    const connecting = new Promise<DriverClient>((resolve) => resolve(target.connect()));
     try {
       return await Promise.race([connecting, timedOut]);
     } catch (error) {
@@ -345,13 +323,13 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
    * answer that never comes (a dead network, a stalled proxy). The client is then marked broken:
    * its unanswered statement still occupies it, and it must never be reused.
    */
-  const send = async <Row>(client: PoolClient, text: string, values?: readonly unknown[]) => {
+  const send = async <Row>(client: DriverClient, text: string, values?: readonly unknown[]) => {
     const result = await queryBounded(client, () => client.query(text, values as unknown[] | undefined));
     return { rows: result.rows as Row[], rowCount: result.rowCount ?? 0 };
   };
 
   /** One statement on `client` within the query timeout, its error translated. */
-  const queryBounded = async <T>(client: PoolClient, query: () => Promise<T>): Promise<T> => {
+  const queryBounded = async <T>(client: DriverClient, query: () => Promise<T>): Promise<T> => {
     stats.queries += 1;
     let timer: NodeJS.Timeout | undefined;
     const timedOut = new Promise<never>((_, reject) => {
@@ -374,11 +352,11 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
    * The connection error to discard `client` with, or undefined when it can go back to the pool
    * (a SQL error, a lock timeout, a deadlock: the connection itself is fine).
    */
-  const failureOf = (client: PoolClient, error: unknown): Error | undefined =>
+  const failureOf = (client: DriverClient, error: unknown): Error | undefined =>
     brokenClients.get(client) ??
     (isLostConnection(error) || isTimeout(error) ? (error as DatabaseUnavailableError) : undefined);
 
-  const queryOnce = async <Row>(target: Pool, text: string, values?: readonly unknown[]) => {
+  const queryOnce = async <Row>(target: DriverPool, text: string, values?: readonly unknown[]) => {
     const client = await acquire(target);
     let broken: Error | undefined;
     try {
@@ -391,7 +369,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     }
   };
 
-  const transactOnce = async <T>(target: Pool, work: (tx: Executor) => Promise<T>): Promise<T> => {
+  const transactOnce = async <T>(target: DriverPool, work: (tx: Executor) => Promise<T>): Promise<T> => {
     const client = await acquire(target);
     stats.transactions += 1;
     let broken: Error | undefined;
@@ -414,7 +392,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
    * that statement forever): a discarded connection rolls back by itself. Returns what makes the
    * client unusable, for `release` to discard it, if anything does.
    */
-  const rollBackUnlessBroken = async (client: PoolClient, error: unknown): Promise<Error | undefined> => {
+  const rollBackUnlessBroken = async (client: DriverClient, error: unknown): Promise<Error | undefined> => {
     const broken = failureOf(client, error);
     if (broken) return broken;
     try {
@@ -433,7 +411,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
    * already released by then); the ROLLBACK that ends it is the only extra round trip.
    */
   const transactOnceInOneTrip = async <Row>(
-    target: Pool,
+    target: DriverPool,
     text: string,
     values: readonly unknown[] | undefined,
     observeRoundTrip: RoundTripObserver | undefined,
@@ -465,7 +443,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
   };
 
   /** A multi-statement simple query: one result per statement. */
-  const sendMany = async (client: PoolClient, text: string) => {
+  const sendMany = async (client: DriverClient, text: string) => {
     const result = (await queryBounded(client, () => client.query(text))) as unknown;
     return (Array.isArray(result) ? result : [result]) as { rows: unknown[]; rowCount: number | null }[];
   };

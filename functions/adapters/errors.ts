@@ -11,6 +11,7 @@ export const InfrastructureErrorCode = {
   DATABASE_LOCK_TIMEOUT: 'DATABASE_LOCK_TIMEOUT',
   DATABASE_AUTH_FAILED: 'DATABASE_AUTH_FAILED',
   DATABASE_URL_UNREADABLE: 'DATABASE_URL_UNREADABLE',
+  PROVISIONER_TOKEN_UNREADABLE: 'PROVISIONER_TOKEN_UNREADABLE',
   QUEUE_UNAVAILABLE: 'QUEUE_UNAVAILABLE',
 } as const;
 export type InfrastructureErrorCode = (typeof InfrastructureErrorCode)[keyof typeof InfrastructureErrorCode];
@@ -54,6 +55,17 @@ export class DatabaseAuthenticationError extends CleanupError {
  */
 export class DatabaseUrlUnreadableError extends CleanupError {
   readonly code = InfrastructureErrorCode.DATABASE_URL_UNREADABLE;
+  readonly retryable = true;
+}
+
+/**
+ * The provisioner's bearer token could not be read from its SSM SecureString
+ * (SANDBOX_PROVISIONER_TOKEN_PARAMETER). The message names the parameter and the reason, never
+ * the value. Retryable, as DATABASE_URL_UNREADABLE: at cold start the invocation fails and Lambda
+ * tries again; on a re-read after a 401, the record comes back with backoff.
+ */
+export class ProvisionerTokenUnreadableError extends CleanupError {
+  readonly code = InfrastructureErrorCode.PROVISIONER_TOKEN_UNREADABLE;
   readonly retryable = true;
 }
 

@@ -4,6 +4,7 @@ import type { FunctionKey } from './connection-budget.ts';
 import type { Database } from './database.ts';
 import type { Telemetry } from './observability.ts';
 import type { Queues } from './queues.ts';
+import type { SecretSource } from './ssm-secure-string.ts';
 
 /**
  * What a function's composition root builds its dependencies from. Each function has one root
@@ -18,6 +19,11 @@ export interface Infrastructure {
   /** The function's database pool (deployed: its own, sized by infra/queues.json). */
   database(functionKey: FunctionKey, telemetry: Telemetry): Promise<Database>;
   queues(): Queues;
+  /**
+   * Where the provisioner's bearer token comes from (adapters/provisioner-token.ts), or undefined
+   * when none is configured; only the functions that call the provisioner ask.
+   */
+  provisionerToken(): SecretSource | undefined;
   /** See ConsumerDependencies.maxReceiveCounts: the local stack's shortened queues. */
   readonly maxReceiveCounts?: Partial<Record<string, number>>;
 }

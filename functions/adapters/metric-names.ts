@@ -38,6 +38,18 @@ export const MetricName = {
    * from being reclaimed (scope_active, scope_fenced, delete_in_flight, …, delete_failed).
    */
   RECLAIM_REFUSED: 'ReclaimRefused',
+  /**
+   * A 404/410 refused because SANDBOX_PROVISIONER_URL is not known to be the provisioner (its
+   * listing answered otherwise): every cleanup dead-letters until the URL is fixed. Emitted by
+   * the release and the reclaimer, one per refused DELETE.
+   */
+  PROVISIONER_URL_UNVERIFIED: 'ProvisionerUrlUnverified',
+  /**
+   * Dimension `brake`: no_known_sandboxes | share_exceeded — a reclaim run went ahead although that
+   * brake refused its listing on its own, because a recent healthy listing of the same provisioner
+   * vouched for the pairing (a quiet fleet, whose only live sandboxes are leaks).
+   */
+  RECLAIM_BRAKE_LIFTED: 'ReclaimBrakeLifted',
   /** Age of the oldest open leak streak: grows past the grace only when leaks persist. */
   OLDEST_LEAK_AGE: 'OldestLeakAge',
   /** Records per invocation of a queue consumer. */

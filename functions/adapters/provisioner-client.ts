@@ -4,6 +4,7 @@ import {
   CleanupTimeoutError,
   GenerationAnomalyError,
   InvalidMessageError,
+  ProvisionerAuthenticationError,
   ProvisionerBadResponseError,
   ProvisionerConnectionError,
   ProvisionerDeleteTimeoutError,
@@ -11,6 +12,7 @@ import {
   ProvisionerThrottledError,
   ProvisionerUnavailableError,
   ProvisionerUnconfirmedError,
+  ProvisionerUrlUnverifiedError,
 } from '../cleanup/errors.ts';
 import {
   type ListedSandbox,
@@ -19,22 +21,20 @@ import {
   ReclaimRefusal,
   ReclaimRefusedError,
 } from '../cleanup/reclaim-listing.ts';
-import {
-  DELETE_MAY_STILL_ACT,
-  type DeleteSandboxRequest,
-  type SandboxDeleteClient,
-} from '../cleanup/sandbox-provider.ts';
+import type { DeleteSandboxRequest, SandboxDeleteClient } from '../cleanup/sandbox-provider.ts';
 import { ReleaseOutcome } from '../cleanup/types.ts';
 import { type Deadline, startDeadline } from './deadline.ts';
 import { MESSAGE_FIELD_LIMITS } from './messages.ts';
+import { REDACTED, redactSecrets } from './redact.ts';
 import { parseRetryAfter } from './retry-after.ts';
 
 /**
  * The provisioner's `DELETE /api/sandboxes/{id}?generation=G` over undici, with the contract's
  * reply semantics (v1.1, section 3):
  *
- *   200 with a JSON object, or 204: deleted · 404, 410 with no body or a JSON one: absent (gone)
- *   · 409 {current_generation: N}: N > G superseded (success), N < G anomaly · 408, 429, 5xx,
+ *   200 with a JSON object, or 204: deleted · 404, 410 with no body or a JSON one, from a base URL
+ *   verified to be the provisioner (v1.2): absent (gone) · 401: the token refused (v1.2) · 409
+ *   {current_generation: N}: N > G superseded (success), N < G anomaly · 408, 429, 5xx,
  *   connection errors, timeouts retryable, a 429's or 503's Retry-After carried to the consumer ·
  *   a 200 without a JSON object, or whose object reports a failure or names another sandbox or
  *   generation, and a 404/410 page (HTML, text) from whatever else answers at a wrong URL:
@@ -51,6 +51,20 @@ export const MAX_RESPONSE_BODY_BYTES = 64 * 1024;
 
 /** A stale kept-alive socket (e.g. after a Lambda freeze) fails with a reset on reuse. */
 const RESET_ERROR_CODES = new Set(['ECONNRESET', 'UND_ERR_SOCKET', 'EPIPE']);
+
+/**
+ * Connection failures that happen before a request can leave this process: nothing listening
+ * (refused), no address for the name, no route. Only these leave no DELETE behind that the
+ * provisioner may still carry out; a reset or a closed socket can come after the request was
+ * written.
+ */
+const NEVER_CONNECTED_ERROR_CODES = new Set([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+]);
 
 /** Rejects ids that a URL parser could turn into a different path (dot segments, controls). */
 export function assertSafeSandboxId(sandboxId: string): void {
@@ -81,21 +95,78 @@ function hasControlCharacter(text: string): boolean {
   return false;
 }
 
+/**
+ * How long a base URL stays verified once its listing answered (see `#verifyBaseUrl`). The URL is
+ * fixed for the client's life, but what answers at it is not: an ingress re-routed, a provisioner
+ * redeployed under another root path. Without a bound a warm container (the local stack: days)
+ * would go on reading that new server's JSON 404s as "gone". Re-verifying costs one listing per
+ * bound, and only when a 404/410 comes.
+ */
+export const BASE_URL_VERIFIED_FOR_MS = 10 * 60_000;
+
+/** The provisioner's bearer token (contract v1.2 section 3), already read, and how to read it again. */
+export interface ProvisionerToken {
+  /** Where it comes from, for messages (`SANDBOX_PROVISIONER_TOKEN`, `SSM parameter …`); never the value. */
+  readonly origin: string;
+  readonly value: string;
+  /** Reads it again after a 401 (a rotation): the request is resent once if it changed. */
+  reread(): Promise<string>;
+}
+
+export interface ProvisionerClientOptions {
+  dispatcher?: Dispatcher;
+  /** Sent on every request as `Authorization: Bearer <token>`; never logged, never in an error. */
+  token?: ProvisionerToken;
+  /** Told of every 404/410 refused because the base URL is not the provisioner (a metric). */
+  onUrlUnverified?: (error: ProvisionerUrlUnverifiedError) => void;
+  /** BASE_URL_VERIFIED_FOR_MS unless told; `now` is its clock (milliseconds). */
+  verifiedForMs?: number;
+  now?: () => number;
+}
+
 export class ProvisionerClient implements SandboxDeleteClient {
   readonly #origin: string;
   readonly #basePath: string;
+  /** The base URL as messages show it: no userinfo, no query. */
+  readonly #shownBaseUrl: string;
   readonly #dispatcher: Dispatcher;
+  readonly #token: ProvisionerToken | undefined;
+  #tokenValue: string | undefined;
+  /** Every token this client has sent, for keeping them out of what it reports (`#scrub`). */
+  readonly #tokensSent = new Set<string>();
+  readonly #onUrlUnverified: ((error: ProvisionerUrlUnverifiedError) => void) | undefined;
+  readonly #verifiedForMs: number;
+  readonly #now: () => number;
+  /** When the base URL's listing last answered as the provisioner's (`#now`), if it has. */
+  #verifiedAt: number | undefined;
+  /** The verification's listing while it is in flight, shared by the 404s waiting for it. */
+  #verification: Promise<ReclaimRefusedError | undefined> | undefined;
 
-  constructor(baseUrl: string, dispatcher?: Dispatcher) {
+  constructor(baseUrl: string, options: ProvisionerClientOptions = {}) {
     const url = new URL(baseUrl);
     this.#origin = url.origin;
     this.#basePath = url.pathname.replace(/\/+$/, '');
+    this.#shownBaseUrl = redactSecrets(`${url.origin}${this.#basePath}`);
     // Short keep-alive: a socket idle for longer is more likely dead than reusable.
-    this.#dispatcher = dispatcher ?? new Agent({ keepAliveTimeout: 4_000, connections: 64 });
+    this.#dispatcher = options.dispatcher ?? new Agent({ keepAliveTimeout: 4_000, connections: 64 });
+    this.#token = options.token;
+    this.#tokenValue = options.token?.value;
+    if (this.#tokenValue !== undefined) this.#tokensSent.add(this.#tokenValue);
+    this.#onUrlUnverified = options.onUrlUnverified;
+    this.#verifiedForMs = options.verifiedForMs ?? BASE_URL_VERIFIED_FOR_MS;
+    this.#now = options.now ?? (() => performance.now());
   }
 
   async deleteSandbox(request: DeleteSandboxRequest): Promise<ReleaseOutcome> {
     assertSafeSandboxId(request.sandboxId);
+    try {
+      return await this.#deleteAttempts(request);
+    } catch (error) {
+      throw this.#scrub(error);
+    }
+  }
+
+  async #deleteAttempts(request: DeleteSandboxRequest): Promise<ReleaseOutcome> {
     try {
       return await this.#deleteOnce(request);
     } catch (error) {
@@ -106,7 +177,12 @@ export class ProvisionerClient implements SandboxDeleteClient {
       // window as if that request were still running; the retry's own failure says so too.
       if (error instanceof ProvisionerConnectionError && error.details.reset && !request.signal?.aborted) {
         request.onUnansweredAttempt?.(error);
-        return this.#deleteOnce(request, { [DELETE_MAY_STILL_ACT]: true });
+        try {
+          return await this.#deleteOnce(request, { afterUnansweredAttempt: true });
+        } catch (retryError) {
+          // Whatever the retry heard, the first request may still be acting at the provisioner.
+          throw retryError instanceof CleanupError ? CleanupError.markMayStillAct(retryError) : retryError;
+        }
       }
       throw error;
     }
@@ -132,6 +208,8 @@ export class ProvisionerClient implements SandboxDeleteClient {
     const deadline = startDeadline(options.timeoutMs, options.signal);
     try {
       return await this.#list(deadline.signal, options.timeoutMs);
+    } catch (error) {
+      throw this.#scrub(error);
     } finally {
       deadline.dispose();
     }
@@ -140,7 +218,7 @@ export class ProvisionerClient implements SandboxDeleteClient {
   async #list(signal: AbortSignal, timeoutMs: number): Promise<ListedSandbox[]> {
     let response: Dispatcher.ResponseData;
     try {
-      response = await this.#dispatcher.request({
+      response = await this.#send({
         origin: this.#origin,
         path: `${this.#basePath}/api/sandboxes`,
         method: 'GET',
@@ -154,12 +232,17 @@ export class ProvisionerClient implements SandboxDeleteClient {
     }
     const { statusCode } = response;
     if (statusCode !== 200) {
-      await response.body.dump({ limit: MAX_RESPONSE_BODY_BYTES }).catch(() => {});
+      const contentType = mediaTypeOf(response);
+      const problem = await problemSummary(response).catch(() => undefined);
       const retryable = statusCode === 408 || statusCode === 429 || (statusCode >= 500 && statusCode <= 599);
       throw new ReclaimRefusedError(
         retryable ? ReclaimRefusal.LIST_UNAVAILABLE : ReclaimRefusal.LIST_REJECTED,
-        `the provisioner answered the listing with ${statusCode}`,
-        { status: statusCode },
+        `the provisioner answered the listing with ${statusCode}${problem === undefined ? '' : `: ${problem}`}`,
+        {
+          status: statusCode,
+          ...(contentType ? { contentType } : {}),
+          ...(problem !== undefined ? { problem } : {}),
+        },
       );
     }
     let text: string | undefined;
@@ -176,7 +259,137 @@ export class ProvisionerClient implements SandboxDeleteClient {
         { limitBytes: MAX_LIST_BODY_BYTES },
       );
     }
-    return parseSandboxListing(text);
+    const listed = parseSandboxListing(text);
+    // A listing in the provisioner's shape is what verifying the base URL asks for.
+    this.#verifiedAt = this.#now();
+    return listed;
+  }
+
+  /**
+   * One request, with `Authorization: Bearer <token>` when a token is configured. A 401 reads the
+   * token again, once (overlapping 401s share the read, and a 401 to a token already replaced
+   * takes the replacement without one): if it changed, the request is sent once
+   * more with the new token; a refused request did nothing at the provisioner, so resending it is
+   * safe. A 401 that stays (the same token, or a 401 again) is ProvisionerAuthenticationError.
+   */
+  async #send(options: Dispatcher.RequestOptions & { headers?: Record<string, string> }) {
+    const attempt = (token: string | undefined) =>
+      this.#dispatcher.request({
+        ...options,
+        headers: { ...options.headers, ...(token === undefined ? {} : { authorization: `Bearer ${token}` }) },
+      });
+    const used = this.#tokenValue;
+    let response = await attempt(used);
+    if (response.statusCode !== 401) return response;
+    await response.body.dump({ limit: MAX_RESPONSE_BODY_BYTES }).catch(() => {});
+    if (this.#token === undefined) {
+      throw this.#unauthorized(
+        'and no token is configured: set SANDBOX_PROVISIONER_TOKEN_PARAMETER (deployed) or SANDBOX_PROVISIONER_TOKEN',
+      );
+    }
+    // Another request may have read the new token meanwhile: that one is tried, without a read.
+    let next = this.#tokenValue;
+    if (next === used) {
+      next = await this.#token.reread();
+      if (next === used) {
+        throw this.#unauthorized(`to the token from ${this.#token.origin}, also after reading it again`);
+      }
+      this.#tokenValue = next;
+      this.#tokensSent.add(next);
+    }
+    response = await attempt(next);
+    if (response.statusCode !== 401) return response;
+    await response.body.dump({ limit: MAX_RESPONSE_BODY_BYTES }).catch(() => {});
+    throw this.#unauthorized(
+      `to the token from ${this.#token.origin}, also to the one read again after a 401`,
+    );
+  }
+
+  #unauthorized(why: string): ProvisionerAuthenticationError {
+    return new ProvisionerAuthenticationError(
+      `provisioner answered 401 (unauthorized) ${why}; check the provisioner's token and ${this.#token?.origin ?? 'SANDBOX_PROVISIONER_TOKEN'}`,
+      { status: 401, ...(this.#token ? { tokenOrigin: this.#token.origin } : {}) },
+      ANSWERED,
+    );
+  }
+
+  /**
+   * Contract v1.2 section 3: a 404 or 410 counts as gone only from a base URL known to be the
+   * provisioner, one whose `GET /api/sandboxes` answers a listing (reclaim-listing.ts, the
+   * reclaimer's own parser). Checked lazily, at the first 404/410, and remembered for
+   * BASE_URL_VERIFIED_FOR_MS: a correct URL costs no request per cleanup in steady state (most
+   * deletes are 200s, which need no check; the platform's provisioner answers nothing else), and a
+   * cold start that never meets a 404 costs none. Verifying at cold start instead would list the
+   * whole fleet on every cold start, and a provisioner briefly down then would fail the start.
+   *
+   * Not the provisioner (a 4xx, a page, JSON of another shape): ProvisionerUrlUnverifiedError, a
+   * dead letter naming the URL and what it answered. The listing failing as a request can
+   * (timeout, reset, 408/429/5xx): retryable, fence kept, and the next attempt checks again.
+   * Failures are not remembered, so a fixed route heals without a restart.
+   */
+  async #verifyBaseUrl(context: Record<string, unknown> & { status: number }, exchange: Exchange) {
+    if (this.#verifiedAt !== undefined && this.#now() - this.#verifiedAt < this.#verifiedForMs) return;
+    const listing = `GET ${this.#shownBaseUrl}/api/sandboxes`;
+    // One listing for every 404 that meets an unverified URL at once (a cold start's concurrent
+    // releases), bounded by its own deadline; each caller stops waiting at its own.
+    this.#verification ??= this.#listForVerification(exchange.timeoutMs).finally(() => {
+      this.#verification = undefined;
+    });
+    const error = await untilAborted(this.#verification, exchange.signal);
+    if (error !== undefined) {
+      if (error.reason === ReclaimRefusal.LIST_UNAVAILABLE) {
+        // The listing's own failure decides: a refused token is the token's.
+        if (error.cause instanceof CleanupError) throw error.cause;
+        throw new ProvisionerUnavailableError(
+          `provisioner answered ${context.status}, but ${listing} (verifying that ${this.#shownBaseUrl} is the provisioner) failed: ${error.message}`,
+          { ...context, ...verificationFacts(error) },
+          // The DELETE itself was answered (404/410); only the listing that would confirm it failed.
+          { cause: error, ...ANSWERED },
+        );
+      }
+      const unverified = new ProvisionerUrlUnverifiedError(
+        `provisioner answered ${context.status}, but ${this.#shownBaseUrl} is not known to be the provisioner: ${listing} answered ${describeListingRefusal(error)}, not the provisioner's listing, so the ${context.status} is no confirmation (a web framework's "no such route" at a wrong path prefix?): check SANDBOX_PROVISIONER_URL`,
+        { ...context, baseUrl: this.#shownBaseUrl, ...verificationFacts(error) },
+        { cause: error, ...ANSWERED },
+      );
+      this.#onUrlUnverified?.(unverified);
+      throw unverified;
+    }
+  }
+
+  /** The listing, for verification: its refusal (or undefined when it is a listing), never thrown. */
+  async #listForVerification(timeoutMs: number): Promise<ReclaimRefusedError | undefined> {
+    const deadline = startDeadline(timeoutMs);
+    try {
+      await this.#list(deadline.signal, timeoutMs);
+      return undefined;
+    } catch (error) {
+      if (error instanceof ReclaimRefusedError) return error;
+      throw error;
+    } finally {
+      deadline.dispose();
+    }
+  }
+
+  /**
+   * The tokens this client sent, taken out of an error it reports: a provisioner (or a proxy) may
+   * echo a request's Authorization header into its answer, and an answer's words go into reasons.
+   */
+  #scrub(error: unknown): unknown {
+    if (this.#tokensSent.size === 0 || !(error instanceof Error)) return error;
+    const clean = (text: string) => {
+      let result = text;
+      for (const token of this.#tokensSent) result = result.replaceAll(token, REDACTED);
+      return result;
+    };
+    error.message = clean(error.message);
+    const details = (error as { details?: Record<string, unknown> }).details;
+    if (details !== undefined && typeof details === 'object') {
+      for (const [key, value] of Object.entries(details)) {
+        if (typeof value === 'string') details[key] = clean(value);
+      }
+    }
+    return error;
   }
 
   async #deleteOnce(
@@ -190,7 +403,7 @@ export class ProvisionerClient implements SandboxDeleteClient {
     try {
       let response: Dispatcher.ResponseData;
       try {
-        response = await this.#dispatcher.request({
+        response = await this.#send({
           origin: this.#origin,
           path,
           method: 'DELETE',
@@ -202,7 +415,10 @@ export class ProvisionerClient implements SandboxDeleteClient {
         throw this.#translate(error, context, deadline, request.signal);
       }
       try {
-        return await this.#interpret(response, context);
+        return await this.#interpret(response, context, {
+          signal: deadline.signal,
+          timeoutMs: deleteTimeoutMs,
+        });
       } catch (error) {
         response.body.destroy();
         throw this.#translate(error, context, deadline, request.signal);
@@ -215,22 +431,25 @@ export class ProvisionerClient implements SandboxDeleteClient {
   async #interpret(
     response: Dispatcher.ResponseData,
     context: { sandboxId: string; generation: number },
+    exchange: Exchange,
   ): Promise<ReleaseOutcome> {
     const { statusCode } = response;
     if (statusCode === 409) {
       const text = await readLimited(response.body, MAX_RESPONSE_BODY_BYTES);
       const current = parseCurrentGeneration(text);
       if (current === undefined) {
-        throw new ProvisionerBadResponseError('provisioner answered 409 without a valid current_generation', {
-          ...context,
-          status: statusCode,
-        });
+        throw new ProvisionerBadResponseError(
+          'provisioner answered 409 without a valid current_generation',
+          { ...context, status: statusCode },
+          ANSWERED,
+        );
       }
       if (current > context.generation) return ReleaseOutcome.SUPERSEDED;
       if (current < context.generation) {
         throw new GenerationAnomalyError(
           `provisioner reports generation ${current}, older than the generation ${context.generation} being deleted`,
           { ...context, currentGeneration: current },
+          ANSWERED,
         );
       }
       // The contract's 409 names ANOTHER generation ("not touched"); naming this one contradicts
@@ -239,6 +458,7 @@ export class ProvisionerClient implements SandboxDeleteClient {
       throw new ProvisionerBadResponseError(
         `provisioner answered 409 naming the generation being deleted (${current}); the contract's 409 names another generation`,
         { ...context, status: statusCode, currentGeneration: current },
+        ANSWERED,
       );
     }
     if (statusCode === 200) {
@@ -248,20 +468,26 @@ export class ProvisionerClient implements SandboxDeleteClient {
         // The body says the delete was accepted but is not done: a 202 in a 200's clothes.
         throw new ProvisionerUnavailableError(
           `provisioner accepted the delete but has not done it yet (${answer.refusal})`,
-          { ...context, status: statusCode, refusal: answer.refusal, [DELETE_MAY_STILL_ACT]: true },
+          { ...context, status: statusCode, refusal: answer.refusal },
+          STILL_ACTING,
         );
       }
       throw new ProvisionerUnconfirmedError(
         `provisioner answered 200 without confirming the delete (${answer.refusal}): not the provisioner's API at this URL? check SANDBOX_PROVISIONER_URL`,
         { ...context, status: statusCode, refusal: answer.refusal },
+        ANSWERED,
       );
     }
     if (statusCode === 404 || statusCode === 410) {
       const refusal = await absenceRefusal(response, context);
-      if (refusal === undefined) return ReleaseOutcome.ABSENT;
+      if (refusal === undefined) {
+        await this.#verifyBaseUrl({ ...context, status: statusCode }, exchange);
+        return ReleaseOutcome.ABSENT;
+      }
       throw new ProvisionerUnconfirmedError(
         `provisioner answered ${statusCode}, but not as the provisioner's "no such sandbox" (${refusal}): a wrong path or a missing route at this URL? check SANDBOX_PROVISIONER_URL`,
         { ...context, status: statusCode, refusal },
+        ANSWERED,
       );
     }
     if (statusCode === 204) {
@@ -284,6 +510,7 @@ export class ProvisionerClient implements SandboxDeleteClient {
     if (statusCode === 429) {
       throw new ProvisionerThrottledError(`provisioner answered 429 (too many requests)${explained}`, facts, {
         retryAfterSeconds,
+        ...ANSWERED,
       });
     }
     if (statusCode === 202) {
@@ -291,18 +518,22 @@ export class ProvisionerClient implements SandboxDeleteClient {
       // (the next attempt hears 404 once it is gone), and the scope's window is kept meanwhile.
       throw new ProvisionerUnavailableError(
         `provisioner accepted the delete but has not done it yet (202)${explained}`,
-        { ...facts, [DELETE_MAY_STILL_ACT]: true },
+        facts,
+        STILL_ACTING,
       );
     }
     if (statusCode === 408 || (statusCode >= 500 && statusCode <= 599)) {
+      // A 5xx may come from a gateway whose upstream is still working on the DELETE.
       throw new ProvisionerUnavailableError(`provisioner answered ${statusCode}${explained}`, facts, {
         retryAfterSeconds,
+        ...STILL_ACTING,
       });
     }
     if (statusCode >= 400 && statusCode <= 499) {
       throw new ProvisionerRejectedError(
         `provisioner rejected the delete with ${statusCode}${explained}`,
         facts,
+        ANSWERED,
       );
     }
     // Any other 2xx (201, 206…), a 3xx (redirects are not
@@ -314,9 +545,11 @@ export class ProvisionerClient implements SandboxDeleteClient {
         : statusCode >= 300
           ? 'a redirect, which is not followed: check SANDBOX_PROVISIONER_URL'
           : 'a success the contract does not define as deleted';
+    // Outside HTTP's range nothing says the server decided anything; any other status is an answer.
     throw new ProvisionerBadResponseError(
       `provisioner answered an unexpected status ${statusCode} (${why})${explained}`,
       facts,
+      statusCode >= 600 ? STILL_ACTING : ANSWERED,
     );
   }
 
@@ -326,14 +559,22 @@ export class ProvisionerClient implements SandboxDeleteClient {
     deadline: Deadline,
     callerSignal: AbortSignal | undefined,
   ): CleanupError {
+    // Every failure below ends a request that was (or may have been) written: the provisioner may
+    // still carry it out, unless the connection was never made.
     if (callerSignal?.aborted) {
       const reason = callerSignal.reason;
       return reason instanceof CleanupError
-        ? reason
-        : new CleanupTimeoutError('release aborted by its deadline', context, { cause: reason });
+        ? CleanupError.markMayStillAct(reason)
+        : new CleanupTimeoutError('release aborted by its deadline', context, {
+            cause: reason,
+            ...STILL_ACTING,
+          });
     }
     if (deadline.expired) {
-      return new ProvisionerDeleteTimeoutError('provisioner delete timed out', context, { cause: error });
+      return new ProvisionerDeleteTimeoutError('provisioner delete timed out', context, {
+        cause: error,
+        ...STILL_ACTING,
+      });
     }
     if (error instanceof CleanupError) return error;
     const code = (error as { code?: string })?.code ?? 'UNKNOWN';
@@ -344,21 +585,67 @@ export class ProvisionerClient implements SandboxDeleteClient {
       return new ProvisionerBadResponseError(
         `provisioner's answer is not valid HTTP/1.1 (${message.replace(/\s+/g, ' ').slice(0, 120)}): check SANDBOX_PROVISIONER_URL`,
         { ...context, errorCode: code },
-        { cause: error },
+        { cause: error, ...STILL_ACTING },
       );
     }
     return new ProvisionerConnectionError(
       `provisioner connection failed: ${code} ${message}`,
       { ...context, errorCode: code, reset: RESET_ERROR_CODES.has(code) },
-      { cause: error },
+      { cause: error, deleteMayStillAct: !NEVER_CONNECTED_ERROR_CODES.has(code) },
     );
   }
+}
+
+/** `promise`, or the signal's reason as soon as it aborts (the promise goes on for its other waiters). */
+function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
+}
+
+/** The DELETE's own bounds, which a request made on its behalf (the verification) stays within. */
+interface Exchange {
+  readonly signal: AbortSignal;
+  readonly timeoutMs: number;
+}
+
+interface ListingAnswer {
+  status?: number;
+  contentType?: string;
+  problem?: string;
+}
+
+/** What a listing that verified nothing answered, for the reason: its status or what was wrong with it. */
+function describeListingRefusal(error: ReclaimRefusedError): string {
+  const { status, contentType, problem } = error.details as ListingAnswer;
+  if (typeof status !== 'number') return `200, but ${error.message}`;
+  const type = contentType ? ` (${contentType})` : '';
+  return `${status}${type}${problem === undefined ? '' : ` ${problem}`}`;
+}
+
+/** The verification's facts for a failure's details, beside (not over) the DELETE's own `status`. */
+function verificationFacts(error: ReclaimRefusedError): Record<string, unknown> {
+  const { status, contentType, problem } = error.details as ListingAnswer;
+  return {
+    verification: error.reason,
+    ...(status !== undefined ? { listingStatus: status } : {}),
+    ...(contentType !== undefined ? { listingContentType: contentType } : {}),
+    ...(problem !== undefined ? { listingProblem: problem } : {}),
+  };
 }
 
 /**
  * undici's parser refusing the answer (HTTPParserError), or undici's own assertion on a status
  * below 100, which the parser lets through.
  */
+/** The provisioner answered and decided: nothing of this request acts any more. */
+const ANSWERED = { deleteMayStillAct: false } as const;
+/** The request may be at the provisioner and still be carried out (CleanupError.deleteMayStillAct). */
+const STILL_ACTING = { deleteMayStillAct: true } as const;
+
 function isNotHttp(error: unknown): boolean {
   const { name, code, message } = (error ?? {}) as { name?: unknown; code?: unknown; message?: unknown };
   if (name === 'HTTPParserError' || code === 'ERR_ASSERTION') return true;

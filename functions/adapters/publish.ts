@@ -2,9 +2,9 @@
  * Every message the functions send, typed by the schema its consumer parses with.
  */
 import { createHash } from 'node:crypto';
+import { MAX_SQS_DELAY_SECONDS } from '../cleanup/backoff.ts';
+import { DEFERRALS_ATTRIBUTE, RESTARTS_ATTRIBUTE } from '../cleanup/chain-limits.ts';
 import type { CleanupIdentity, ReleaseOutcome } from '../cleanup/types.ts';
-import { MAX_SQS_DELAY_SECONDS } from './backoff.ts';
-import { DEFERRALS_ATTRIBUTE, RESTARTS_ATTRIBUTE } from './deferral.ts';
 import {
   assertSendable,
   FinalizeCommand,
@@ -89,7 +89,7 @@ export async function announceRunFinished(
     ...(options.restarts ? { restarts: options.restarts } : {}),
     ...(options.reason ? { reason: options.reason } : {}),
   };
-  // The counts are trusted only with these attributes beside them (deferral.ts).
+  // The counts are trusted only with these attributes beside them (chain-limits.ts).
   const attributes: Record<string, string> = {
     ...(options.deferrals ? { [DEFERRALS_ATTRIBUTE]: String(options.deferrals) } : {}),
     ...(options.restarts ? { [RESTARTS_ATTRIBUTE]: String(options.restarts) } : {}),

@@ -10,6 +10,8 @@
  *   `\'` and `\\` escapes), `PGPASSWORD=…`, `DB_PASSWORD: …`, `"password":"…"`: the value of any
  *   key that ends in `password` or `passwd` is hidden — a quoted value to its closing quote, a bare
  *   one to the next blank.
+ * - HTTP credentials: the token after `Bearer ` (an `Authorization` header quoted in a message, a
+ *   provisioner echoing the request's header into its answer), whatever the case.
  *
  * Everything is a single left-to-right scan per form, in linear time: the text can be hostile (a
  * 1 MB message body quoted in an error) and the previous regular expressions backtracked, taking
@@ -19,7 +21,7 @@ export const REDACTED = '***';
 
 /** Free text: any number of URLs and assignments anywhere in it. */
 export function redactSecrets(text: string): string {
-  return redactAssignments(redactQueryParameters(redactUrlPasswords(text)));
+  return redactBearerTokens(redactAssignments(redactQueryParameters(redactUrlPasswords(text))));
 }
 
 /**
@@ -187,6 +189,58 @@ function redactQueryParameters(text: string): string {
   return out.join('');
 }
 
+// --- Bearer tokens -------------------------------------------------------------------------------
+
+/** RFC 6750's b64token characters: letters, digits and `-._~+/`, then any `=` padding. */
+function isTokenCharacter(c: number): boolean {
+  return isNameCharacter(c) || c === 0x7e || c === 0x2b || c === 0x2f || c === 0x3d; // ~ + / =
+}
+
+/** `Bearer <token>`, any case; a literal, so the scan cannot backtrack. */
+const BEARER_SCHEME = /bearer/gi;
+
+/**
+ * The token after `Bearer` and at least one blank is hidden, to its first non-token character.
+ * One forward scan: the scan resumes after each token, so no character is read twice.
+ */
+function redactBearerTokens(text: string): string {
+  return hideValuesAfter(text, BEARER_SCHEME, (after) => {
+    let i = after;
+    while (i < text.length && SPACE.test(text[i]!)) i += 1;
+    if (i === after) return undefined;
+    const start = i;
+    while (i < text.length && isTokenCharacter(text.charCodeAt(i))) i += 1;
+    return { start, end: i, hide: i > start && text.slice(start, i) !== REDACTED };
+  });
+}
+
+/**
+ * The scan both key/value forms share: after each match of `keys`, `valueAt` says where the value
+ * that follows runs, `[start, end)`, and whether to hide it (undefined: no value there); the scan
+ * resumes after the value, so no character is read twice.
+ */
+function hideValuesAfter(
+  text: string,
+  keys: RegExp,
+  valueAt: (afterKey: number) => { start: number; end: number; hide: boolean } | undefined,
+): string {
+  const out: string[] = [];
+  let copied = 0;
+  const scan = new RegExp(keys);
+  for (let match = scan.exec(text); match; match = scan.exec(text)) {
+    const value = valueAt(match.index + match[0].length);
+    if (value === undefined) continue;
+    if (value.hide) {
+      out.push(text.slice(copied, value.start), REDACTED);
+      copied = value.end;
+    }
+    scan.lastIndex = Math.max(value.end, scan.lastIndex);
+  }
+  if (copied === 0) return text;
+  out.push(text.slice(copied));
+  return out.join('');
+}
+
 // --- Keyword/value assignments ------------------------------------------------------------------
 
 const SPACE = /[ \t]/;
@@ -216,28 +270,18 @@ const ALREADY_REDACTED = /^\*\*\*["']*$/;
 const PASSWORD_KEY = /pass(?:word|wd)/gi;
 
 function redactAssignments(text: string): string {
-  const out: string[] = [];
-  let copied = 0;
-  const keys = new RegExp(PASSWORD_KEY);
-  for (let match = keys.exec(text); match; match = keys.exec(text)) {
-    let i = match.index + match[0].length;
+  return hideValuesAfter(text, PASSWORD_KEY, (after) => {
+    let i = after;
     // A quoted key (`"password":`), then the separator with blanks around it.
     if (text[i] === '"' || text[i] === "'") i += 1;
     while (i < text.length && SPACE.test(text[i]!)) i += 1;
-    if (text[i] !== '=' && text[i] !== ':') continue;
+    if (text[i] !== '=' && text[i] !== ':') return undefined;
     i += 1;
     // libpq skips any whitespace after the '=', line breaks included: so does this.
     while (i < text.length && isBlank(text[i])) i += 1;
-    const valueStart = i;
+    const start = i;
     if (text[i] === "'" || text[i] === '"') i = quotedEnd(text, i);
     else while (i < text.length && !isBlank(text[i])) i += 1;
-    if (i > valueStart && !ALREADY_REDACTED.test(text.slice(valueStart, i))) {
-      out.push(text.slice(copied, valueStart), REDACTED);
-      copied = i;
-    }
-    keys.lastIndex = Math.max(i, keys.lastIndex);
-  }
-  if (copied === 0) return text;
-  out.push(text.slice(copied));
-  return out.join('');
+    return { start, end: i, hide: i > start && !ALREADY_REDACTED.test(text.slice(start, i)) };
+  });
 }

@@ -19,6 +19,9 @@ export const ErrorCode = {
   PROVISIONER_REJECTED: 'PROVISIONER_REJECTED',
   PROVISIONER_BAD_RESPONSE: 'PROVISIONER_BAD_RESPONSE',
   PROVISIONER_UNCONFIRMED: 'PROVISIONER_UNCONFIRMED',
+  // A 404/410 from a base URL whose GET /api/sandboxes is not the provisioner's listing.
+  PROVISIONER_URL_UNVERIFIED: 'PROVISIONER_URL_UNVERIFIED',
+  PROVISIONER_AUTH_FAILED: 'PROVISIONER_AUTH_FAILED',
   GENERATION_ANOMALY: 'GENERATION_ANOMALY',
   // A release command refused by the release guard before any DELETE: it does not describe the
   // cleanup the database knows (forged, or mismatched with the run it names).
@@ -50,17 +53,55 @@ export abstract class CleanupError extends Error {
    * provisioner's `Retry-After`). The consumer waits at least this long, within its backoff cap.
    */
   readonly retryAfterSeconds: number | undefined;
+  #deleteMayStillAct: boolean;
 
   constructor(
     message: string,
     details: Record<string, unknown> = {},
-    options?: { cause?: unknown; retryAfterSeconds?: number | undefined },
+    options?: { cause?: unknown; retryAfterSeconds?: number | undefined; deleteMayStillAct?: boolean },
   ) {
     super(message, options && 'cause' in options ? { cause: options.cause } : undefined);
     this.name = new.target.name;
     this.details = details;
     this.retryAfterSeconds = options?.retryAfterSeconds;
+    this.#deleteMayStillAct = options?.deleteMayStillAct ?? true;
   }
+
+  /**
+   * For a failure of a sandbox DELETE: whether the provisioner may still carry that DELETE out
+   * after this failure. Decided once, where the facts are known — by the provisioner client (it
+   * alone knows whether a request left this process and whether an answer came back) and by the
+   * provider's keyed lock (a wait that ended before anything was sent) — and read by the one
+   * delete path (guarded-delete.ts), which keeps the scope quarantined while it is true.
+   *
+   * True unless a site that knows better says otherwise: a failure nobody classified must be
+   * assumed to leave the DELETE acting, since a wrong "no" reopens a scope under a DELETE that can
+   * still land.
+   */
+  get deleteMayStillAct(): boolean {
+    return this.#deleteMayStillAct;
+  }
+
+  /**
+   * Marks `error` as leaving a DELETE that may still act, whatever it said so far. The provisioner
+   * client's, for two cases: the failure of a request retried after an earlier request of the same
+   * DELETE went unanswered (a reset after it may have been written), and the caller's own abort
+   * reason when it aborted a request on the wire (the same reason ends a wait for the keyed lock,
+   * before anything was sent, as "nothing sent").
+   */
+  static markMayStillAct<E extends CleanupError>(error: E): E {
+    error.#deleteMayStillAct = true;
+    return error;
+  }
+}
+
+/**
+ * Whether a failed DELETE may still be carried out by the provisioner (see
+ * `CleanupError.deleteMayStillAct`); anything that is not a CleanupError is a bug nobody
+ * classified, and counts as "may still act".
+ */
+export function deleteMayStillAct(error: unknown): boolean {
+  return !(error instanceof CleanupError) || error.deleteMayStillAct;
 }
 
 /** A queue body that can never be processed: bad JSON, wrong shape, hostile values. */
@@ -118,7 +159,7 @@ export class ProvisionerConnectionError extends CleanupError {
 }
 
 /**
- * A 4xx other than 404/410 (gone), 408/429 (retryable) and 409 (generations): the request itself
+ * A 4xx other than 401 (authentication), 404/410 (gone), 408/429 (retryable) and 409 (generations): the request itself
  * is wrong and resending it cannot help.
  */
 export class ProvisionerRejectedError extends CleanupError {
@@ -141,6 +182,32 @@ export class ProvisionerBadResponseError extends CleanupError {
 export class ProvisionerUnconfirmedError extends CleanupError {
   readonly code = ErrorCode.PROVISIONER_UNCONFIRMED;
   readonly retryable = false;
+}
+
+/**
+ * A 404 or 410 ("no such sandbox") from a base URL that is not known to be the provisioner: its
+ * `GET /api/sandboxes` did not answer with a listing (contract v1.2, section 3). A web framework
+ * answers a route it does not serve with a JSON 404 of its own (FastAPI: `{"detail":"Not
+ * Found"}`), so with SANDBOX_PROVISIONER_URL one path segment off, every DELETE hears a 404 that
+ * looks like the provisioner's; read as "gone", every fence would clear while every sandbox lives.
+ * No retry can fix a wrong URL: dead-lettered at once, with a reason that names the URL and what
+ * its listing answered.
+ */
+export class ProvisionerUrlUnverifiedError extends CleanupError {
+  readonly code = ErrorCode.PROVISIONER_URL_UNVERIFIED;
+  readonly retryable = false;
+}
+
+/**
+ * 401: the provisioner refused the bearer token (or asked for one and none is configured), also
+ * after the token was read once more. Retryable, as the database's DATABASE_AUTH_FAILED: a token
+ * rotated at the provisioner before its parameter (or the other way round) heals within the
+ * retries, and a token that never heals dead-letters with this code once the retries run out.
+ * The request was refused before it acted, so nothing of it can still act.
+ */
+export class ProvisionerAuthenticationError extends CleanupError {
+  readonly code = ErrorCode.PROVISIONER_AUTH_FAILED;
+  readonly retryable = true;
 }
 
 /**

@@ -1,7 +1,8 @@
 /**
  * The protocol's only view of the database: a narrow executor and a transaction helper. The
  * protocol depends on this port, never on a driver; `functions/adapters/database.ts` implements it
- * with the Neon driver, and tests or a platform's own transaction can implement it too.
+ * over either PostgreSQL driver (Neon's serverless driver or node-postgres over TCP:
+ * DATABASE_DRIVER), and tests or a platform's own transaction can implement it too.
  */
 
 /** The narrow seam every data function takes, so it runs inside or outside a caller's transaction. */

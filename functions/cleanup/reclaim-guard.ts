@@ -1,15 +1,16 @@
-import type { Executor } from './executor.ts';
+import type { Database, Executor } from './executor.ts';
 
 /**
- * The reclaim guard: ONE autocommit statement just before each reclaim DELETE
- * (`runtime_cleanup_begin_reclaim`, migration 009), the reclaimer's counterpart of the release
- * guard. It takes the advisory lock of every scope whose row names the sandbox (the lock the
+ * The reclaim guard: ONE statement just before each reclaim DELETE
+ * (`runtime_cleanup_begin_reclaim`), the reclaimer's counterpart of the release guard, run by the
+ * same delete path (guarded-delete.ts). It takes the advisory lock of every scope whose row names the sandbox (the lock the
  * platform's admission and an operator's forced clear take) and the sandbox id's reclaim lock
  * (the lock a platform recording that id takes, through a trigger), re-reads under them, and
  * either refuses or records the delete in flight, on those rows (so `runtime_cleanup_blocked`
  * refuses admission and force-clear refuses, as for a release) and on the sighting (so the
- * platform cannot record the id meanwhile). A scope that became active before the guard wins; one
- * that tries after it waits for the DELETE's answer or its deadline.
+ * platform cannot record the id meanwhile), and lays down the attempt's tombstone, so that a record of
+ * the deleted container stays refused whatever happens after the DELETE. A scope that became active
+ * before the guard wins; one that tries after it waits for the DELETE's answer or its deadline.
  */
 export const ReclaimVerdict = {
   PROCEED: 'proceed',
@@ -25,66 +26,36 @@ export type ReclaimVerdict = (typeof ReclaimVerdict)[keyof typeof ReclaimVerdict
 const KNOWN = new Set<string>(Object.values(ReclaimVerdict));
 
 const BEGIN_RECLAIM = `
-  SELECT verdict, uid, runtime_scope_id, in_flight_until
-  FROM runtime_cleanup_begin_reclaim($1::text, $2::bigint, $3::float8, $4::float8, $5::text, $6::int)`;
+  SELECT verdict, uid, runtime_scope_id, in_flight_until, grace_seconds, hold_seconds
+  FROM runtime_cleanup_begin_reclaim($1::text, $2::bigint, $3::boolean, $4::float8, $5::float8, $6::text, $7::int)`;
 
 /**
- * Once the provisioner answered (or the request was never sent), this attempt's records end: the
- * rows it marked drop their delete-in-flight record (only if still this attempt's), and the
- * sighting either goes (`confirmed`: the sandbox is gone, the generation deleted is marked
- * released on every row that names it unreleased, and a tombstone refuses the platform recording
- * that id, at most that generation, for the grace: see 009) or stays for the next run with its
- * record cleared. Expired tombstones go here too, so the table holds at most the grace's reclaims.
- * One statement, so a crash in between leaves no half-ended record.
+ * The end of one attempt (`runtime_cleanup_end_reclaim`, migration 011): confirmed, the DELETE may
+ * still act, answered without deleting, or never sent. One statement, so a crash in between
+ * leaves no half-ended record; and since the guard already laid the attempt's tombstone, a failure
+ * of this statement only leaves every record to its own deadline.
  */
 const END_RECLAIM = `
-  WITH rows_ended AS (
-    UPDATE sandbox_runtimes s
-    SET delete_in_flight_until = NULL, delete_in_flight_token = NULL, delete_in_flight_run_id = NULL,
-        delete_in_flight_sandbox_id = NULL, delete_in_flight_generation = NULL,
-        released_at = CASE
-          WHEN $3::boolean AND s.sandbox_id = $2::text AND s.generation = $4::bigint AND s.released_at IS NULL
-            THEN now() ELSE s.released_at END
-    WHERE s.delete_in_flight_token = $1::text
-    RETURNING 1
-  ), sighting_ended AS (
-    UPDATE runtime_reclaim_sightings g
-    SET reclaim_in_flight_until = NULL, reclaim_in_flight_token = NULL
-    WHERE g.sandbox_id = $2::text AND g.reclaim_in_flight_token = $1::text AND NOT $3::boolean
-    RETURNING 1
-  ), sighting_gone AS (
-    DELETE FROM runtime_reclaim_sightings g
-    WHERE g.sandbox_id = $2::text AND g.reclaim_in_flight_token = $1::text AND $3::boolean
-    RETURNING 1
-  ), tombstones_expired AS (
-    DELETE FROM runtime_reclaim_tombstones t WHERE t.expires_at <= clock_timestamp()
-    RETURNING 1
-  ), tombstone AS (
-    INSERT INTO runtime_reclaim_tombstones (sandbox_id, reclaimed_generation, reclaimed_at, expires_at)
-    SELECT $2::text, $5::bigint, now(), clock_timestamp() + make_interval(secs => $6::float8)
-    FROM sighting_gone
-    ON CONFLICT (sandbox_id) DO UPDATE
-      SET reclaimed_generation = CASE
-            WHEN runtime_reclaim_tombstones.reclaimed_generation IS NULL OR EXCLUDED.reclaimed_generation IS NULL
-              THEN NULL
-            ELSE greatest(runtime_reclaim_tombstones.reclaimed_generation, EXCLUDED.reclaimed_generation) END,
-          reclaimed_at = EXCLUDED.reclaimed_at,
-          expires_at = greatest(runtime_reclaim_tombstones.expires_at, EXCLUDED.expires_at)
-    RETURNING 1
-  )
-  SELECT (SELECT count(*) FROM rows_ended)::int AS rows_ended,
-         (SELECT count(*) FROM tombstones_expired)::int AS tombstones_expired,
-         (SELECT count(*) FROM tombstone)::int AS tombstones_left,
-         (SELECT count(*) FROM sighting_ended)::int + (SELECT count(*) FROM sighting_gone)::int AS sightings_ended`;
+  SELECT rows_ended, sighting, tombstone
+  FROM runtime_cleanup_end_reclaim($1::text, $2::text, $3::bigint, $4::text, $5::float8)`;
 
 export interface ReclaimTarget {
   sandboxId: string;
   /** The generation the DELETE names. */
   generation: number;
+  /** The listing gave that generation (not the database, not a guess). */
+  generationListed: boolean;
 }
 
 export type ReclaimGuardResult =
-  | { verdict: typeof ReclaimVerdict.PROCEED; token: string; until: Date }
+  | {
+      verdict: typeof ReclaimVerdict.PROCEED;
+      token: string;
+      until: Date;
+      /** The grace and the hold the guard applied: the caller's, or the deployment's if larger. */
+      graceSeconds: number;
+      holdSeconds: number;
+    }
   | {
       verdict: Exclude<ReclaimVerdict, typeof ReclaimVerdict.PROCEED>;
       /** The scope that holds the sandbox, for the scope_* and delete_in_flight verdicts. */
@@ -92,19 +63,28 @@ export type ReclaimGuardResult =
       runtimeScopeId: string | null;
     };
 
+/**
+ * The guard, as ONE statement in a one-round-trip READ COMMITTED transaction (`Database.transact`),
+ * like the release guard: sent as a plain autocommit statement it ran at whatever isolation the
+ * database, the role or a pooled session defaulted to, and under REPEATABLE READ its snapshot was
+ * taken before its locks were granted, so it missed a run the platform admitted while it waited.
+ */
 export async function beginReclaim(
-  db: Executor,
+  db: Pick<Database, 'transact'>,
   target: ReclaimTarget,
   options: { graceSeconds: number; inFlightSeconds: number; lockTimeoutMs: number; token: string },
 ): Promise<ReclaimGuardResult> {
-  const { rows } = await db.query<{
+  const { rows } = await db.transact<{
     verdict: string;
     uid: string | null;
     runtime_scope_id: string | null;
     in_flight_until: Date | null;
+    grace_seconds: number;
+    hold_seconds: number;
   }>(BEGIN_RECLAIM, [
     target.sandboxId,
     target.generation,
+    target.generationListed,
     options.graceSeconds,
     options.inFlightSeconds,
     options.token,
@@ -115,7 +95,13 @@ export async function beginReclaim(
     throw new Error(`runtime_cleanup_begin_reclaim returned an unknown verdict ${row.verdict}`);
   }
   if (row.verdict === ReclaimVerdict.PROCEED) {
-    return { verdict: ReclaimVerdict.PROCEED, token: options.token, until: row.in_flight_until! };
+    return {
+      verdict: ReclaimVerdict.PROCEED,
+      token: options.token,
+      until: row.in_flight_until!,
+      graceSeconds: Number(row.grace_seconds),
+      holdSeconds: Number(row.hold_seconds),
+    };
   }
   return {
     verdict: row.verdict as Exclude<ReclaimVerdict, typeof ReclaimVerdict.PROCEED>,
@@ -124,34 +110,28 @@ export async function beginReclaim(
   };
 }
 
+/** How a reclaim attempt ended, as its records need to know it. */
+export const ReclaimEnding = {
+  CONFIRMED: 'confirmed',
+  MAY_STILL_ACT: 'may_still_act',
+  ANSWERED: 'answered',
+  NOT_SENT: 'not_sent',
+} as const;
+export type ReclaimEnding = (typeof ReclaimEnding)[keyof typeof ReclaimEnding];
+
 /**
- * Ends this attempt's records after the provisioner answered. `confirmed`: the sandbox is gone
- * (deleted, absent, or that generation superseded). Not called for an attempt that ended without
- * an answer: its records keep the scope and the id quarantined until their deadline, since the
- * provisioner may still carry the DELETE out.
+ * Ends the attempt's records (see END_RECLAIM). Safe to repeat (a lost answer): every part of it is
+ * matched by the attempt's token and finds nothing left the second time.
  */
 export async function endReclaim(
   db: Executor,
-  target: ReclaimTarget,
+  target: Pick<ReclaimTarget, 'sandboxId' | 'generation'>,
   token: string,
-  confirmed: boolean,
-  tombstone?: TombstoneOptions,
+  ending: ReclaimEnding,
+  residualSeconds?: number,
 ): Promise<void> {
-  if (confirmed && !tombstone) throw new Error('endReclaim: a confirmed reclaim needs its tombstone');
-  await db.query(END_RECLAIM, [
-    token,
-    target.sandboxId,
-    confirmed,
-    target.generation,
-    tombstone?.generationKnown === false ? null : target.generation,
-    Math.max(0, tombstone?.seconds ?? 0),
-  ]);
-}
-
-/** The tombstone a confirmed reclaim leaves (runtime_reclaim_tombstones, migration 009). */
-export interface TombstoneOptions {
-  /** False when the generation deleted was a guess: the tombstone then refuses every generation. */
-  generationKnown: boolean;
-  /** How long the platform's records of the id stay refused (the grace). */
-  seconds: number;
+  if (ending === ReclaimEnding.MAY_STILL_ACT && residualSeconds === undefined) {
+    throw new Error('endReclaim: an attempt that may still act needs its residual window');
+  }
+  await db.query(END_RECLAIM, [token, target.sandboxId, target.generation, ending, residualSeconds ?? null]);
 }

@@ -1,16 +1,20 @@
 import { randomUUID } from 'node:crypto';
 import { isCleanupError } from './errors.ts';
-import type { Executor } from './executor.ts';
+import type { Database, Executor } from './executor.ts';
+import {
+  type DeleteEnding,
+  deleteBehindGuard,
+  deleteInFlightSeconds,
+  residualDeleteSeconds,
+} from './guarded-delete.ts';
 import {
   beginReclaim,
   endReclaim,
+  ReclaimEnding,
   type ReclaimTarget,
   ReclaimVerdict,
-  type TombstoneOptions,
 } from './reclaim-guard.ts';
 import { type ListedSandbox, ReclaimRefusal, ReclaimRefusedError } from './reclaim-listing.ts';
-import { release } from './release.ts';
-import { deleteInFlightSeconds, deleteSettledBy } from './release-guard.ts';
 import type { SandboxProvider } from './sandbox-provider.ts';
 import { ReleaseOutcome } from './types.ts';
 
@@ -20,15 +24,21 @@ import { ReleaseOutcome } from './types.ts';
  *   1. list the provisioner's live sandboxes (a listing it cannot trust refuses the run);
  *   2. classify each against `sandbox_runtimes` and `agent_runs` in one read: a sandbox is leaked
  *      now when no scope whose row names it is active, fenced or has a delete in flight;
- *   3. refuse the run when more than RECLAIM_MAX_SHARE_PERCENT of the listing (at least
- *      SHARE_RULE_ALLOWANCE) looks leaked, or when no listed sandbox is named by any row (an empty
- *      or foreign database pointed at a live provisioner): nothing is recorded or deleted;
+ *   3. refuse the run when this database and this provisioner may not belong together: no listed
+ *      sandbox is named by any row, or more than RECLAIM_MAX_SHARE_PERCENT of the listing (at least
+ *      SHARE_RULE_ALLOWANCE) looks leaked — unless a healthy listing of this provisioner, or one
+ *      naming sandboxes rows here name, confirmed the pairing within PAIRING_EVIDENCE_MAX_AGE_SECONDS
+ *      (a quiet fleet, whose only live sandboxes are leaks): nothing is recorded or deleted;
  *   4. record the streaks (`runtime_reclaim_sightings`): a sandbox leaked now keeps or starts its
  *      streak, every other sandbox loses it;
  *   5. delete, at most RECLAIM_MAX_PER_RUN, oldest streak first, those whose streak is at least
  *      RECLAIM_GRACE_SECONDS old and whose owning scopes (if any) have been idle that long, each
- *      behind the reclaim guard (one statement, just before its DELETE, never in a transaction)
- *      and through the release's own client, keyed lock and bounds.
+ *      through the one delete path release uses too (guarded-delete.ts: the reclaim guard, the
+ *      release's own client, keyed lock and bounds, and the same settle rules).
+ *
+ * The grace and the delete bounds are never below the deployment's (settings of record: the
+ * deployed reclaimer records its own at every run, and the guard applies the larger), so an
+ * operator's `ops reclaim` from a shell with other values cannot act more eagerly than the stage.
  *
  * Unlike an idle reaper it never deletes a sandbox because it is quiet: a scope with a run, a
  * fence or a delete in flight owns its sandbox however long it has been idle.
@@ -40,6 +50,22 @@ import { ReleaseOutcome } from './types.ts';
  * checked: the allowed number of leaked sandboxes is max(ceil(share x listed), this).
  */
 export const SHARE_RULE_ALLOWANCE = 2;
+
+/**
+ * How long a healthy listing vouches for the pairing of this database and this provisioner: a quiet
+ * fleet (every run ended, the only live sandboxes leaks) fails both brakes on every listing, and
+ * must still be reclaimed after a night or a weekend. A database paired with another provisioner
+ * has no evidence for that provisioner's URL at all; one restored from a backup keeps its old
+ * evidence, and docs/reclaiming.md says what to do then.
+ */
+export const PAIRING_EVIDENCE_MAX_AGE_SECONDS = 7 * 24 * 3600;
+
+/**
+ * The most of a listing that may look leaked for it to count as pairing evidence, whatever
+ * RECLAIM_MAX_SHARE_PERCENT says (its default): a listing an operator let through with the brakes
+ * off vouches for nothing.
+ */
+export const EVIDENCE_MAX_SHARE_PERCENT = 50;
 
 /** Deletes of one run in flight at once: the provisioner sees a trickle, never a burst. */
 export const RECLAIM_DELETE_CONCURRENCY = 4;
@@ -100,30 +126,40 @@ const CLASSIFY = `
            FROM sandbox_runtimes s
            WHERE s.sandbox_id = l.sandbox_id OR s.delete_in_flight_sandbox_id = l.sandbox_id
          ), '[]'::json) AS owners,
-         coalesce(g.first_seen_at <= now() - make_interval(secs => $3::float8), false) AS streak_old
+         coalesce(g.first_seen_at <= now() - make_interval(secs => $3::float8), false) AS streak_old,
+         (SELECT p.confirmed_at FROM runtime_reclaim_pairings p WHERE p.provisioner = $4::text) AS paired_at
   FROM listed l LEFT JOIN runtime_reclaim_sightings g ON g.sandbox_id = l.sandbox_id
   ORDER BY l.ord`;
 
 /** Holds that end a streak: the scope owns the sandbox now. `scope_recent` only delays. */
 const OWNING_HOLDS = new Set(['scope_active', 'scope_fenced', 'delete_in_flight']);
 
+export interface Classification {
+  sandboxes: ClassifiedSandbox[];
+  /** The last time this provisioner's pairing with this database was confirmed, or null. */
+  pairedAt: Date | null;
+}
+
 export async function classifyListing(
   db: Executor,
   listing: readonly ListedSandbox[],
-  options: { graceSeconds: number },
-): Promise<ClassifiedSandbox[]> {
-  if (listing.length === 0) return [];
+  options: { graceSeconds: number; provisioner: string },
+): Promise<Classification> {
+  if (listing.length === 0) return { sandboxes: [], pairedAt: null };
   const { rows } = await db.query<{
     sandbox_id: string;
     first_seen_at: Date | null;
     owners: SandboxOwner[];
     streak_old: boolean;
+    paired_at: Date | null;
   }>(CLASSIFY, [
     listing.map((sandbox) => sandbox.sandboxId),
     listing.map((sandbox) => sandbox.generation),
     options.graceSeconds,
+    options.provisioner,
   ]);
-  return rows.map((row, index) => {
+  const pairedAt = rows[0]?.paired_at ? new Date(rows[0].paired_at) : null;
+  const sandboxes = rows.map((row, index) => {
     const listed = listing[index]!;
     const owners = row.owners.map((owner) => ({ ...owner, generation: Number(owner.generation) }));
     const owningHold = owners.find((owner) => owner.hold !== null && OWNING_HOLDS.has(owner.hold));
@@ -152,6 +188,7 @@ export async function classifyListing(
       generationListed: listed.generation !== null,
     };
   });
+  return { sandboxes, pairedAt };
 }
 
 function leakReason(listed: ListedSandbox, owners: SandboxOwner[]): LeakReason {
@@ -165,7 +202,8 @@ function leakReason(listed: ListedSandbox, owners: SandboxOwner[]): LeakReason {
 /**
  * Records this listing's streaks in one statement: a sandbox leaked now keeps its row (or gets
  * one), every other row goes (owned now, or not listed any more). Only ever called with a full,
- * trusted listing.
+ * trusted listing. A healthy listing (`evidence` set) also confirms the pairing of this database
+ * with this provisioner, in the same statement.
  */
 const RECORD_SIGHTINGS = `
   WITH leaked AS (
@@ -174,6 +212,11 @@ const RECORD_SIGHTINGS = `
     DELETE FROM runtime_reclaim_sightings g
     WHERE NOT EXISTS (SELECT 1 FROM leaked l WHERE l.sandbox_id = g.sandbox_id)
       AND (g.reclaim_in_flight_until IS NULL OR g.reclaim_in_flight_until <= clock_timestamp())
+    RETURNING 1
+  ), paired AS (
+    INSERT INTO runtime_reclaim_pairings (provisioner, confirmed_at, evidence)
+    SELECT $4::text, now(), $5::text WHERE $5::text IS NOT NULL
+    ON CONFLICT (provisioner) DO UPDATE SET confirmed_at = EXCLUDED.confirmed_at, evidence = EXCLUDED.evidence
     RETURNING 1
   )
   INSERT INTO runtime_reclaim_sightings (sandbox_id, listed_generation, listed_identity, first_seen_at, last_seen_at)
@@ -189,12 +232,18 @@ const RECORD_SIGHTINGS = `
             OR runtime_reclaim_sightings.listed_identity IS DISTINCT FROM EXCLUDED.listed_identity
             THEN now() ELSE runtime_reclaim_sightings.first_seen_at END`;
 
-export async function recordSightings(db: Executor, leaked: readonly ListedSandbox[]): Promise<void> {
+export async function recordSightings(
+  db: Executor,
+  leaked: readonly ListedSandbox[],
+  pairing: { provisioner: string; evidence: string | null },
+): Promise<void> {
   // Repeating it (a lost answer) changes nothing: the same streaks, last_seen_at a moment later.
   await db.query(RECORD_SIGHTINGS, [
     leaked.map((sandbox) => sandbox.sandboxId),
     leaked.map((sandbox) => sandbox.generation),
     leaked.map((sandbox) => sandbox.identity ?? null),
+    pairing.provisioner,
+    pairing.evidence,
   ]);
 }
 
@@ -215,13 +264,122 @@ export interface ReclaimSettings {
    * what it did not reach stays leaked for the next run.
    */
   startDeletesBeforeMs?: number;
+  /**
+   * Set by the deployment's own reclaimer (the scheduled function, the local stack): it records
+   * these settings as the settings of record, under this name. An operator's tool leaves it unset
+   * and only reads them.
+   */
+  recordAs?: string;
+}
+
+/**
+ * The deployment's settings a run may not weaken (runtime_cleanup_settings): the grace and the
+ * delete bounds no shorter, the brakes (the share and the per-run bound) no looser.
+ */
+export interface SettingsOfRecord {
+  /** What this run applies: each of its own settings, or the recorded one where that is stricter. */
+  effective: ReclaimSettings;
+  /** What was recorded, by whom and when (empty when no deployment has recorded any). */
+  recorded: Array<{ name: string; value: number; recordedAt: string; recordedBy: string }>;
+  /** The settings in which this run's own values were replaced by the stricter recorded ones. */
+  tightened: string[];
+}
+
+const SETTINGS_OF_RECORD = `
+  SELECT name, value, to_json(recorded_at) #>> '{}' AS recorded_at, recorded_by
+  FROM runtime_cleanup_settings_of_record($1::jsonb, $2::text)`;
+
+/**
+ * The recorded names, how each is derived from a run's own settings, and which way is stricter:
+ * a longer grace, hold or bound (`max`), a smaller share or per-run bound (`min`).
+ */
+function recordableSettings(
+  settings: ReclaimSettings,
+): Record<string, { value: number; stricter: 'max' | 'min' }> {
+  const longer = (value: number) => ({ value, stricter: 'max' as const });
+  const fewer = (value: number) => ({ value, stricter: 'min' as const });
+  return {
+    reclaim_grace_seconds: longer(settings.graceSeconds),
+    // The guard's record covers the attempt's bound, its own lock wait, the provisioner's delete
+    // time and the margin; the residual is what an unanswered DELETE keeps (guarded-delete.ts).
+    reclaim_hold_seconds: longer(
+      deleteInFlightSeconds(
+        settings.runtimeCleanupTimeoutMs,
+        settings.provisionerDeleteTimeoutSeconds,
+        settings.lockTimeoutMs,
+      ),
+    ),
+    reclaim_residual_seconds: longer(residualDeleteSeconds(settings.provisionerDeleteTimeoutSeconds)),
+    runtime_cleanup_timeout_seconds: longer(settings.runtimeCleanupTimeoutMs / 1000),
+    provisioner_delete_timeout_seconds: longer(settings.provisionerDeleteTimeoutSeconds),
+    reclaim_max_share_percent: fewer(settings.maxSharePercent),
+    reclaim_max_per_run: fewer(settings.maxPerRun),
+  };
+}
+
+/**
+ * Records this run's settings (`settings.recordAs`) or only reads what is recorded, in one
+ * statement, and replaces each of the run's own settings by the recorded one where that is
+ * stricter. The guard applies the same rule in the database to what it decides on (grace, hold,
+ * residual), whoever calls it; this also lengthens the run's own DELETE bound and "too late" check
+ * to the deployment's, and keeps its brakes no looser: an operator's shell with
+ * RECLAIM_MAX_SHARE_PERCENT=100 cannot switch off the brakes of a deployment that keeps them.
+ */
+export async function settingsOfRecord(db: Executor, settings: ReclaimSettings): Promise<SettingsOfRecord> {
+  const own = recordableSettings(settings);
+  // Recording is an upsert of the same values: safe to repeat after a lost answer.
+  const { rows } = await db.query<{ name: string; value: number; recorded_at: string; recorded_by: string }>(
+    SETTINGS_OF_RECORD,
+    [
+      JSON.stringify(Object.fromEntries(Object.entries(own).map(([name, { value }]) => [name, value]))),
+      settings.recordAs ?? null,
+    ],
+  );
+  const recorded = new Map(rows.map((row) => [row.name, Number(row.value)]));
+  const at = (name: string): number => {
+    const mine = own[name]!;
+    const theirs = recorded.get(name);
+    if (theirs === undefined) return mine.value;
+    return mine.stricter === 'max' ? Math.max(mine.value, theirs) : Math.min(mine.value, theirs);
+  };
+  const tightened = Object.keys(own).filter((name) => at(name) !== own[name]!.value);
+  return {
+    effective: {
+      ...settings,
+      graceSeconds: at('reclaim_grace_seconds'),
+      runtimeCleanupTimeoutMs: at('runtime_cleanup_timeout_seconds') * 1000,
+      provisionerDeleteTimeoutSeconds: at('provisioner_delete_timeout_seconds'),
+      maxSharePercent: at('reclaim_max_share_percent'),
+      maxPerRun: at('reclaim_max_per_run'),
+    },
+    recorded: rows.map((row) => ({
+      name: row.name,
+      value: Number(row.value),
+      recordedAt: row.recorded_at,
+      recordedBy: row.recorded_by,
+    })),
+    tightened,
+  };
 }
 
 export interface ReclaimDeps {
-  db: Executor;
+  db: Pick<Database, 'query' | 'transact'>;
   provider: SandboxProvider;
+  /**
+   * The provisioner's identity for the pairing evidence: its base URL without credentials
+   * (`provisionerIdentity`).
+   */
+  provisioner: string;
   /** Reports each decision as it is made (the handler logs and counts). */
   onEvent?: (event: ReclaimEvent) => void;
+  /** The clock (epoch ms) the delete path checks its deadlines with; tests inject one. */
+  now?: () => number;
+}
+
+/** The provisioner's identity for the pairing evidence: origin and path, no credentials or query. */
+export function provisionerIdentity(baseUrl: string): string {
+  const url = new URL(baseUrl);
+  return `${url.protocol}//${url.host}${url.pathname.replace(/\/+$/, '')}`;
 }
 
 export type ReclaimEvent =
@@ -230,6 +388,8 @@ export type ReclaimEvent =
       sandbox: ClassifiedSandbox;
       outcome: ReleaseOutcome;
       generation: number;
+      /** The records could not be ended: they run to their deadlines (the sandbox is gone). */
+      settleError?: unknown;
     }
   | {
       kind: 'skipped';
@@ -239,7 +399,14 @@ export type ReclaimEvent =
       runtimeScopeId: string | null;
     }
   | { kind: 'unconfirmed'; sandbox: ClassifiedSandbox; why: string }
-  | { kind: 'failed'; sandbox: ClassifiedSandbox; error: unknown };
+  | { kind: 'failed'; sandbox: ClassifiedSandbox; error: unknown; quarantined: boolean };
+
+/** Why a run went ahead although a brake would have refused its listing on its own. */
+export interface BrakeLifted {
+  brake: typeof ReclaimRefusal.NO_KNOWN_SANDBOXES | typeof ReclaimRefusal.SHARE_EXCEEDED;
+  /** When this provisioner's pairing with this database was last confirmed. */
+  pairedAt: string;
+}
 
 export interface ReclaimPlan {
   listed: number;
@@ -249,6 +416,10 @@ export interface ReclaimPlan {
   due: ClassifiedSandbox[];
   /** Due but over the per-run bound: next run. */
   deferred: number;
+  /** Set when pairing evidence lifted a brake (logged and counted by the caller). */
+  brakeLifted: BrakeLifted | null;
+  /** The listing passed both brakes on its own and names sandboxes rows here name. */
+  healthy: boolean;
 }
 
 export interface ReclaimReport extends ReclaimPlan {
@@ -257,21 +428,33 @@ export interface ReclaimReport extends ReclaimPlan {
   failed: number;
   /** Age of the oldest streak still open after this run (seconds; 0 when none). */
   oldestLeakAgeSeconds: number;
+  settings: SettingsOfRecord;
 }
 
 /**
  * Steps 2 and 3 (read only): what a run would do now. `ops orphans` shows it; `reclaim` acts on it.
- * Throws ReclaimRefusedError(share_exceeded | no_known_sandboxes) when the listing looks like a runaway.
+ * Throws ReclaimRefusedError(share_exceeded | no_known_sandboxes) when the listing looks like a
+ * wrong pairing and nothing recent vouches for it.
  */
 export async function planReclaim(
   db: Executor,
   listing: readonly ListedSandbox[],
   settings: Pick<ReclaimSettings, 'graceSeconds' | 'maxPerRun' | 'maxSharePercent'>,
+  provisioner: string,
 ): Promise<ReclaimPlan> {
-  const classified = await classifyListing(db, listing, { graceSeconds: settings.graceSeconds });
+  const { sandboxes: classified, pairedAt } = await classifyListing(db, listing, {
+    graceSeconds: settings.graceSeconds,
+    provisioner,
+  });
   const leaked = classified.filter((sandbox) => sandbox.leaked);
   const known = classified.filter((sandbox) => sandbox.owners.length > 0).length;
-  refuseRunaway(listing.length, leaked.length, settings.maxSharePercent, known);
+  const brakes = checkBrakes({
+    listed: listing.length,
+    leaked: leaked.length,
+    known,
+    maxSharePercent: settings.maxSharePercent,
+    pairedAt,
+  });
   const due = leaked
     .filter((sandbox) => sandbox.waiting === null)
     .sort((a, b) => a.firstSeenAt!.getTime() - b.firstSeenAt!.getTime());
@@ -281,46 +464,83 @@ export async function planReclaim(
     leaked,
     due: due.slice(0, settings.maxPerRun),
     deferred: Math.max(0, due.length - settings.maxPerRun),
+    ...brakes,
   };
 }
 
+export interface BrakeInput {
+  listed: number;
+  leaked: number;
+  /** Listed sandboxes some `sandbox_runtimes` row names. */
+  known: number;
+  maxSharePercent: number;
+  /** When the pairing of this database with this provisioner was last confirmed, or null. */
+  pairedAt: Date | null;
+  /** The clock (epoch ms); tests inject one. */
+  nowMs?: number;
+}
+
 /**
- * Refuses a listing this database cannot be the right one for. `known`: listed sandboxes some
- * `sandbox_runtimes` row names. RECLAIM_MAX_SHARE_PERCENT=100 turns both checks off (the operator
- * trusts the database completely).
+ * The brakes against a database paired with the wrong provisioner (a wrong DATABASE_URL, a branch
+ * restored to before those rows, another platform's provisioner): such a database sees every
+ * sandbox as leaked. A listing is refused when no listed sandbox is named by any row, or when more
+ * than RECLAIM_MAX_SHARE_PERCENT of it (at least SHARE_RULE_ALLOWANCE) looks leaked — unless a
+ * healthy listing of this very provisioner confirmed the pairing within
+ * PAIRING_EVIDENCE_MAX_AGE_SECONDS: a quiet fleet, where every run has ended and the only live
+ * sandboxes are leaks, fails both checks on every listing, and must still be reclaimed. A listing
+ * is healthy when it passes both on its own. RECLAIM_MAX_SHARE_PERCENT=100 turns both brakes off
+ * (the operator trusts the database completely), but such a listing is evidence only within
+ * EVIDENCE_MAX_SHARE_PERCENT. Still bounded per run by RECLAIM_MAX_PER_RUN.
  */
-export function refuseRunaway(listed: number, leaked: number, maxSharePercent: number, known: number): void {
-  if (maxSharePercent >= 100) return;
-  // A database that names none of a fleet (a wrong DATABASE_URL, a branch restored to before those
-  // rows) would see every sandbox as leaked; a share alone lets a small fleet through.
-  if (listed > 0 && known === 0) {
+export function checkBrakes(input: BrakeInput): { brakeLifted: BrakeLifted | null; healthy: boolean } {
+  const { listed, leaked, known, maxSharePercent, pairedAt } = input;
+  const allowedAt = (percent: number) => Math.max(Math.ceil((listed * percent) / 100), SHARE_RULE_ALLOWANCE);
+  const allowed = allowedAt(maxSharePercent);
+  const noneKnown = listed > 0 && known === 0;
+  const shareExceeded = leaked > allowed;
+  // Evidence is held to the brakes' own standard even where an operator turned them off.
+  const healthy =
+    listed > 0 && !noneKnown && leaked <= allowedAt(Math.min(maxSharePercent, EVIDENCE_MAX_SHARE_PERCENT));
+  if (maxSharePercent >= 100 || (!noneKnown && !shareExceeded)) return { brakeLifted: null, healthy };
+  const nowMs = input.nowMs ?? Date.now();
+  const paired = pairedAt !== null && nowMs - pairedAt.getTime() <= PAIRING_EVIDENCE_MAX_AGE_SECONDS * 1000;
+  const brake = noneKnown ? ReclaimRefusal.NO_KNOWN_SANDBOXES : ReclaimRefusal.SHARE_EXCEEDED;
+  if (paired) return { brakeLifted: { brake, pairedAt: pairedAt.toISOString() }, healthy };
+  const evidence = pairedAt
+    ? `the pairing with this provisioner was last confirmed at ${pairedAt.toISOString()}, longer ago than ${PAIRING_EVIDENCE_MAX_AGE_SECONDS} s`
+    : 'no listing of this provisioner has ever confirmed its pairing with this database';
+  if (noneKnown) {
     throw new ReclaimRefusedError(
       ReclaimRefusal.NO_KNOWN_SANDBOXES,
-      `none of the ${listed} listed sandboxes is named by any sandbox_runtimes row: ` +
+      `none of the ${listed} listed sandboxes is named by any sandbox_runtimes row, and ${evidence}: ` +
         'is this the right database and the right provisioner? nothing was recorded or deleted',
-      { listed, leaked, known },
+      { listed, leaked, known, pairedAt: pairedAt?.toISOString() ?? null },
     );
   }
-  const allowed = Math.max(Math.ceil((listed * maxSharePercent) / 100), SHARE_RULE_ALLOWANCE);
-  if (leaked > allowed) {
-    throw new ReclaimRefusedError(
-      ReclaimRefusal.SHARE_EXCEEDED,
-      `${leaked} of ${listed} listed sandboxes look leaked, more than RECLAIM_MAX_SHARE_PERCENT=${maxSharePercent}%: ` +
-        'is this the right database and the right provisioner? nothing was recorded or deleted',
-      { listed, leaked, maxSharePercent, allowed },
-    );
-  }
+  throw new ReclaimRefusedError(
+    ReclaimRefusal.SHARE_EXCEEDED,
+    `${leaked} of ${listed} listed sandboxes look leaked, more than RECLAIM_MAX_SHARE_PERCENT=${maxSharePercent}%, and ${evidence}: ` +
+      'is this the right database and the right provisioner? nothing was recorded or deleted',
+    { listed, leaked, maxSharePercent, allowed, pairedAt: pairedAt?.toISOString() ?? null },
+  );
 }
 
 /** One whole run (steps 2 to 5) on a listing already fetched and parsed. */
 export async function reclaimLeaked(
   deps: ReclaimDeps,
   listing: readonly ListedSandbox[],
-  settings: ReclaimSettings,
+  ownSettings: ReclaimSettings,
 ): Promise<ReclaimReport> {
   const { db } = deps;
-  const firstPlan = await planReclaim(db, listing, settings);
-  await recordSightings(db, firstPlan.leaked);
+  const ofRecord = await settingsOfRecord(db, ownSettings);
+  const settings = ofRecord.effective;
+  const firstPlan = await planReclaim(db, listing, settings, deps.provisioner);
+  await recordSightings(db, firstPlan.leaked, {
+    provisioner: deps.provisioner,
+    evidence: firstPlan.healthy
+      ? `a listing of ${firstPlan.listed} sandboxes, ${firstPlan.classified.filter((sandbox) => sandbox.owners.length > 0).length} named by rows here, ${firstPlan.leaked.length} leaked`
+      : null,
+  });
   // The streaks as the database now holds them (a first sighting begins at this listing).
   const { rows } = await db.query<{ sandbox_id: string; first_seen_at: Date; old_enough: boolean }>(STREAKS, [
     firstPlan.leaked.map((sandbox) => sandbox.sandboxId),
@@ -372,142 +592,128 @@ export async function reclaimLeaked(
     skipped,
     failed,
     oldestLeakAgeSeconds: Math.round(oldest.rows[0]?.age ?? 0),
+    settings: ofRecord,
   };
 }
 
-/** The guard, then the DELETE (no transaction open), then the end of this attempt's records. */
+type ReclaimRefusedVerdict = Exclude<Awaited<ReturnType<typeof beginReclaim>>, { verdict: 'proceed' }>;
+
+/**
+ * One sandbox through the one delete path (guarded-delete.ts): the reclaim guard, then the DELETE
+ * (no transaction open), then the end of this attempt's records, by the same rules as a release.
+ */
 export async function reclaimOne(
   deps: ReclaimDeps,
   sandbox: ClassifiedSandbox,
   settings: ReclaimSettings,
 ): Promise<ReclaimEvent> {
   const { db, provider } = deps;
-  const target = { sandboxId: sandbox.sandboxId, generation: sandbox.deleteGeneration };
-  const token = `reclaim:${randomUUID()}`;
-  const inFlightSeconds = deleteInFlightSeconds(
-    settings.runtimeCleanupTimeoutMs,
-    settings.provisionerDeleteTimeoutSeconds,
-  );
-  // The quarantine's end on this clock, read before the guard: the database set its deadline
-  // later than this, so this never overstates it, whatever the skew between the two clocks.
-  const protectedUntilMs = Date.now() + inFlightSeconds * 1000;
-  let guard: Awaited<ReturnType<typeof beginReclaim>>;
-  try {
-    guard = await beginReclaim(db, target, {
-      graceSeconds: settings.graceSeconds,
-      inFlightSeconds,
-      lockTimeoutMs: settings.lockTimeoutMs,
-      token,
-    });
-  } catch (error) {
-    return { kind: 'failed', sandbox, error };
-  }
-  if (guard.verdict !== ReclaimVerdict.PROCEED) {
-    return {
-      kind: 'skipped',
-      sandbox,
-      verdict: guard.verdict,
-      uid: guard.uid,
-      runtimeScopeId: guard.runtimeScopeId,
-    };
-  }
-  // Never send a DELETE that may act after its quarantine ended: the release may take its whole
-  // bound, and the provisioner may act for its delete timeout after that. A worker frozen between
-  // the guard and here (a Lambda environment frozen and thawed later) gives up; nothing was sent.
-  if (
-    Date.now() + settings.runtimeCleanupTimeoutMs + settings.provisionerDeleteTimeoutSeconds * 1000 >
-    protectedUntilMs
-  ) {
-    return endOrFail(deps, sandbox, target, token, false, undefined, {
-      kind: 'unconfirmed',
-      sandbox,
-      why: 'the guard answered too late: the DELETE could still act after its quarantine ends; not sent',
-    });
-  }
+  const target: ReclaimTarget = {
+    sandboxId: sandbox.sandboxId,
+    generation: sandbox.deleteGeneration,
+    generationListed: sandbox.generationListed,
+  };
   // The owner's scope key when there is one: in one process the reclaim and a release of the same
   // scope never overlap. An unrecorded sandbox has no scope; its id is its key.
   const owner = sandbox.owners[0];
-  let outcome: ReleaseOutcome;
+  let attempt: Awaited<ReturnType<typeof deleteBehindGuard<string, ReclaimRefusedVerdict>>>;
   try {
-    const result = await release(
-      {
+    attempt = await deleteBehindGuard<string, ReclaimRefusedVerdict>({
+      target: {
         runId: 'reclaimer',
         uid: owner?.uid ?? '',
         runtimeScopeId: owner?.runtimeScopeId ?? `sandbox:${sandbox.sandboxId}`,
         sandboxId: sandbox.sandboxId,
         generation: sandbox.deleteGeneration,
-        workdirPath: '',
-        fenceSetAt: null,
       },
-      { provider, runtimeCleanupTimeoutMs: settings.runtimeCleanupTimeoutMs },
-    );
-    outcome = result.outcome;
-  } catch (error) {
-    // Answered (a 4xx, a refused connection, a lock timeout): nothing of it can act any more.
-    // Otherwise the records stay until their deadline: the provisioner may still carry it out, so
-    // admissions to an owning scope and platform records of the id stay refused. The next run
-    // may send the DELETE again meanwhile (for an unrecorded sandbox; an owned one waits for the
-    // record through its scope's delete_in_flight hold): two DELETEs of one leaked sandbox remove
-    // the same thing, and the guard renews the record for the second.
-    if (deleteSettledBy(error)) await endReclaim(db, target, token, false).catch(() => {});
-    return { kind: 'failed', sandbox, error };
-  }
-  return endAfterAnswer(deps, sandbox, settings, target, token, outcome);
-}
-
-/** The end of an answered reclaim: confirmed, or not (a 409 that does not name what was listed). */
-function endAfterAnswer(
-  deps: ReclaimDeps,
-  sandbox: ClassifiedSandbox,
-  settings: ReclaimSettings,
-  target: ReclaimTarget,
-  token: string,
-  outcome: ReleaseOutcome,
-): Promise<ReclaimEvent> {
-  // A 409 naming a newer generation means "the generation you named is gone". Only when the
-  // listing gave that generation was it the sandbox listed; a generation from the database (or a
-  // guess) names an older container, and the live one is a newer, unrecorded one: not a
-  // confirmation, the sighting and its streak stay.
-  if (outcome === ReleaseOutcome.SUPERSEDED && !sandbox.generationListed) {
-    return endOrFail(deps, sandbox, target, token, false, undefined, {
-      kind: 'unconfirmed',
-      sandbox,
-      why: sandbox.generationGuessed
-        ? 'the provisioner answered 409 with a newer generation to a DELETE whose generation was unknown (a listing without generation, of a sandbox no row names): the sandbox may still be live'
-        : 'the provisioner answered 409 with a newer generation than the one the database records (the listing gave none): a newer, unrecorded container may still be live',
+      provider,
+      boundMs: settings.runtimeCleanupTimeoutMs,
+      provisionerDeleteTimeoutSeconds: settings.provisionerDeleteTimeoutSeconds,
+      guardWaitMs: settings.lockTimeoutMs,
+      ...(deps.now ? { now: deps.now } : {}),
+      async guard(holdSeconds) {
+        const guard = await beginReclaim(db, target, {
+          graceSeconds: settings.graceSeconds,
+          inFlightSeconds: holdSeconds,
+          lockTimeoutMs: settings.lockTimeoutMs,
+          token: `reclaim:${randomUUID()}`,
+        });
+        return guard.verdict === ReclaimVerdict.PROCEED
+          ? { proceed: true, record: guard.token }
+          : { proceed: false, refusal: guard };
+      },
+      settle: (token, ending) => {
+        const { kind, residualSeconds } = reclaimEnding(ending, sandbox);
+        return endReclaim(db, target, token, kind, residualSeconds);
+      },
     });
+  } catch (error) {
+    // The guard itself failed (the database unreachable, its lock busy): nothing was recorded or
+    // sent; the next run tries again.
+    return { kind: 'failed', sandbox, error, quarantined: false };
   }
-  return endOrFail(
-    deps,
-    sandbox,
-    target,
-    token,
-    true,
-    { generationKnown: !sandbox.generationGuessed, seconds: settings.graceSeconds },
-    { kind: 'reclaimed', sandbox, outcome, generation: sandbox.deleteGeneration },
-  );
+  switch (attempt.kind) {
+    case 'refused':
+      return {
+        kind: 'skipped',
+        sandbox,
+        verdict: attempt.refusal.verdict,
+        uid: attempt.refusal.uid,
+        runtimeScopeId: attempt.refusal.runtimeScopeId,
+      };
+    case 'not_sent':
+      return { kind: 'unconfirmed', sandbox, why: attempt.error.message };
+    case 'failed':
+      // The records keep the scope and the id quarantined while the DELETE may still act; the
+      // next run may send it again meanwhile (for an unrecorded sandbox; an owned one waits for the
+      // record through its scope's delete_in_flight hold): two DELETEs of one leaked sandbox
+      // remove the same thing, and the guard renews the record for the second.
+      return {
+        kind: 'failed',
+        sandbox,
+        error: attempt.error,
+        quarantined: attempt.residualSeconds !== undefined,
+      };
+    case 'answered': {
+      const unconfirmed = unconfirmedBy(attempt.result.outcome, sandbox);
+      if (unconfirmed) return { kind: 'unconfirmed', sandbox, why: unconfirmed };
+      return {
+        kind: 'reclaimed',
+        sandbox,
+        outcome: attempt.result.outcome,
+        generation: sandbox.deleteGeneration,
+        ...(attempt.settleError !== undefined ? { settleError: attempt.settleError } : {}),
+      };
+    }
+  }
 }
 
 /**
- * Ends the attempt's records and reports `event`; a failure to end them (Neon restarting the
- * compute) is this sandbox's `failed` event, never the run's: the records simply run to their
- * deadline, and the other workers carry on.
+ * A 409 naming a newer generation means "the generation you named is gone". Only when the listing
+ * gave that generation was it the sandbox listed; a generation from the database (or a guess)
+ * names an older container, and the live one is a newer, unrecorded one: not a confirmation, the
+ * sighting and its streak stay.
  */
-async function endOrFail(
-  deps: ReclaimDeps,
+function unconfirmedBy(outcome: ReleaseOutcome, sandbox: ClassifiedSandbox): string | undefined {
+  if (outcome !== ReleaseOutcome.SUPERSEDED || sandbox.generationListed) return undefined;
+  return sandbox.generationGuessed
+    ? 'the provisioner answered 409 with a newer generation to a DELETE whose generation was unknown (a listing without generation, of a sandbox no row names): the sandbox may still be live'
+    : 'the provisioner answered 409 with a newer generation than the one the database records (the listing gave none): a newer, unrecorded container may still be live';
+}
+
+/** How the one delete path's ending reads for a reclaim's records. */
+function reclaimEnding(
+  ending: DeleteEnding,
   sandbox: ClassifiedSandbox,
-  target: ReclaimTarget,
-  token: string,
-  confirmed: boolean,
-  tombstone: TombstoneOptions | undefined,
-  event: ReclaimEvent,
-): Promise<ReclaimEvent> {
-  try {
-    await endReclaim(deps.db, target, token, confirmed, tombstone);
-  } catch (error) {
-    return { kind: 'failed', sandbox, error };
+): { kind: ReclaimEnding; residualSeconds?: number } {
+  if (ending.kind === 'not_sent') return { kind: ReclaimEnding.NOT_SENT };
+  const residual = ending.residualSeconds !== undefined ? { residualSeconds: ending.residualSeconds } : {};
+  if (ending.kind === 'answered' && unconfirmedBy(ending.result.outcome, sandbox) === undefined) {
+    return { kind: ReclaimEnding.CONFIRMED, ...residual };
   }
-  return event;
+  return ending.residualSeconds !== undefined
+    ? { kind: ReclaimEnding.MAY_STILL_ACT, ...residual }
+    : { kind: ReclaimEnding.ANSWERED };
 }
 
 /** The ReclaimRefused dimension of a whole-run failure: its reason, or `error`. */
@@ -538,9 +744,13 @@ export async function runReclaim(
 
 /** The dry run (`ops orphans`): list and classify, record nothing, delete nothing. */
 export async function planOrphans(
-  deps: { db: Executor; lister: SandboxLister },
-  settings: Pick<ReclaimSettings, 'graceSeconds' | 'maxPerRun' | 'maxSharePercent'> & ListingSettings,
-): Promise<ReclaimPlan> {
+  deps: { db: Executor; lister: SandboxLister; provisioner: string },
+  settings: ReclaimSettings & ListingSettings,
+): Promise<ReclaimPlan & { settings: SettingsOfRecord }> {
   const listing = await deps.lister.listSandboxes({ timeoutMs: settings.listTimeoutMs });
-  return planReclaim(deps.db, listing, settings);
+  const ofRecord = await settingsOfRecord(deps.db, { ...settings, recordAs: undefined } as ReclaimSettings);
+  return {
+    ...(await planReclaim(deps.db, listing, ofRecord.effective, deps.provisioner)),
+    settings: ofRecord,
+  };
 }

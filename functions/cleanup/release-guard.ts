@@ -1,11 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import {
-  ErrorCode,
-  isCleanupError,
-  type ReleaseRefusalCode,
-  ReleaseRefusedError,
-  RunNotFoundError,
-} from './errors.ts';
+import { ErrorCode, type ReleaseRefusalCode, ReleaseRefusedError, RunNotFoundError } from './errors.ts';
 import type { Database, Executor } from './executor.ts';
 
 /**
@@ -56,28 +50,6 @@ const REFUSALS: Record<string, { code: ReleaseRefusalCode; why: string }> = {
   },
 };
 
-/**
- * Time added to every in-flight deadline for what no timer here measures: the guard's answer
- * travelling back before the release starts its own deadline, a request still in transit to the
- * provisioner when the release gives up on it, a process descheduled for a moment. Each is
- * milliseconds on a healthy path; seconds under a stalled network. A longer margin only keeps a
- * scope blocked longer after a delete that ended without an answer.
- */
-export const DELETE_IN_FLIGHT_MARGIN_SECONDS = 10;
-
-/**
- * How long, from the guard, a delete it lets through may still act at the provisioner: the whole
- * release bound (our side sends and waits no longer than that), plus the provisioner's own time to
- * carry out a request it received (SANDBOX_PROVISIONER_DELETE_TIMEOUT_SECONDS, the bound the
- * configuration's timeout ladder already assumes of it), plus the margin.
- */
-export function deleteInFlightSeconds(
-  releaseBoundMs: number,
-  provisionerDeleteTimeoutSeconds: number,
-): number {
-  return releaseBoundMs / 1000 + provisionerDeleteTimeoutSeconds + DELETE_IN_FLIGHT_MARGIN_SECONDS;
-}
-
 const BEGIN_RELEASE = `
   SELECT verdict, blocking_run_id, in_flight_until, floor_until::text AS floor_until
   FROM runtime_cleanup_begin_release($1::text, $2::text, $3::text, $4::text, $5::bigint, $6::text,
@@ -85,33 +57,14 @@ const BEGIN_RELEASE = `
 
 /**
  * Lowers this release's own in-flight record (matched by its token; a later attempt that took the
- * record over keeps it). `$4` NULL: the provisioner answered, nothing of this attempt can act any
- * more, so the record falls back to the floor it found (an earlier attempt's deadline still
- * running) or ends. `$4` set: the attempt ended without an answer, so the record is cut to "now +
- * $4 seconds" (the provisioner's own delete time and the margin), never below the floor.
+ * record over keeps it), by the rule both deleters share (`runtime_cleanup_end_delete_in_flight`):
+ * `$3` NULL, the provisioner answered, so the record falls back to the floor it found (an earlier
+ * attempt's deadline still running) or ends; `$3` set, the attempt ended without an answer, so the
+ * record is cut to "now + $3 seconds" (the provisioner's own delete time and the margin), never
+ * below the floor.
  */
 const END_RELEASE = `
-  WITH mine AS (
-    SELECT s.uid, s.runtime_scope_id,
-           CASE
-             WHEN $4::float8 IS NULL
-               THEN CASE WHEN $3::timestamptz > clock_timestamp() THEN $3::timestamptz END
-             ELSE least(s.delete_in_flight_until,
-                        greatest($3::timestamptz, clock_timestamp() + make_interval(secs => $4::float8)))
-           END AS until
-    FROM sandbox_runtimes s
-    WHERE s.uid = $1::text AND s.runtime_scope_id = $2::text AND s.delete_in_flight_token = $5::text
-    FOR UPDATE
-  )
-  UPDATE sandbox_runtimes s
-  SET delete_in_flight_until = mine.until,
-      delete_in_flight_token = CASE WHEN mine.until IS NULL THEN NULL ELSE s.delete_in_flight_token END,
-      delete_in_flight_run_id = CASE WHEN mine.until IS NULL THEN NULL ELSE s.delete_in_flight_run_id END,
-      delete_in_flight_sandbox_id = CASE WHEN mine.until IS NULL THEN NULL ELSE s.delete_in_flight_sandbox_id END,
-      delete_in_flight_generation = CASE WHEN mine.until IS NULL THEN NULL ELSE s.delete_in_flight_generation END
-  FROM mine
-  WHERE s.uid = mine.uid AND s.runtime_scope_id = mine.runtime_scope_id
-  RETURNING mine.until`;
+  SELECT until FROM runtime_cleanup_end_delete_in_flight($1::text, $2::timestamptz, $3::float8)`;
 
 /** What a release command asks to delete, and the fence it was issued for (phase 1's capture). */
 export interface ReleaseTarget {
@@ -142,7 +95,7 @@ export type ReleaseGuardResult =
   | { verdict: typeof ReleaseGuard.SCOPE_ACTIVE; activeRunId: string };
 
 export interface BeginReleaseOptions {
-  /** From now, how long the delete may still act (`deleteInFlightSeconds`). */
+  /** From now, how long the delete may still act (`deleteInFlightSeconds`, guarded-delete.ts). */
   inFlightSeconds: number;
   /** How long to wait for the scope's advisory lock before giving up (retryable). */
   lockTimeoutMs: number;
@@ -225,37 +178,9 @@ export async function endRelease(
   residualSeconds?: number,
 ): Promise<Date | null | undefined> {
   const { rows } = await db.query<{ until: Date | null }>(END_RELEASE, [
-    inFlight.uid,
-    inFlight.runtimeScopeId,
+    inFlight.token,
     inFlight.floorUntil,
     residualSeconds ?? null,
-    inFlight.token,
   ]);
   return rows.length ? rows[0]!.until : undefined;
-}
-
-/**
- * Connection failures that happen before a request can leave this process: nothing listening
- * (refused), no address for the name, no route. A reset or a closed socket can come after the
- * request was sent, so they are not here.
- */
-const NEVER_CONNECTED = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH']);
-
-/**
- * Whether a failed release attempt is over as far as the provisioner is concerned, so its
- * in-flight record may end at once: the delete was never sent (the keyed lock timed out, or the
- * connection could not even be made), or the provisioner answered it with a 4xx or 409 (it
- * decided, and did nothing more). Anything else (5xx, which may come from a gateway whose upstream
- * is still working; timeouts; resets; an error nobody classified) may still be carried out by the
- * provisioner later.
- */
-export function deleteSettledBy(error: unknown): boolean {
-  if (!isCleanupError(error)) return false;
-  if (error.code === ErrorCode.RELEASE_LOCK_TIMEOUT || error.code === ErrorCode.GENERATION_ANOMALY)
-    return true;
-  if (error.code === ErrorCode.PROVISIONER_CONNECTION) {
-    return NEVER_CONNECTED.has(String(error.details.errorCode));
-  }
-  const status = error.details.status;
-  return typeof status === 'number' && status < 500;
 }

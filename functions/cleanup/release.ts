@@ -25,10 +25,13 @@ export async function release(identity: CleanupIdentity, options: ReleaseOptions
   const timer = setTimeout(
     () =>
       deadline.abort(
-        new CleanupTimeoutError(`release did not finish within ${runtimeCleanupTimeoutMs} ms`, {
-          runId: identity.runId,
-          runtimeCleanupTimeoutMs,
-        }),
+        new CleanupTimeoutError(
+          `release did not finish within ${runtimeCleanupTimeoutMs} ms`,
+          { runId: identity.runId, runtimeCleanupTimeoutMs },
+          // As the deadline's reason it ends a wait for the keyed lock, before anything was sent;
+          // when it aborts a DELETE on the wire, the provisioner client marks it as may still act.
+          { deleteMayStillAct: false },
+        ),
       ),
     runtimeCleanupTimeoutMs,
   );

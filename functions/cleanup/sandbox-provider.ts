@@ -1,4 +1,4 @@
-import { type CleanupError, isCleanupError, ReleaseLockTimeoutError } from './errors.ts';
+import { type CleanupError, ReleaseLockTimeoutError } from './errors.ts';
 import { KeyedLock } from './keyed-lock.ts';
 import type { ReleaseOutcome, ReleaseResult } from './types.ts';
 
@@ -15,19 +15,6 @@ export interface DeleteSandboxRequest {
    * provisioner (a reset) and the client tries again: that first DELETE may still be carried out.
    */
   onUnansweredAttempt?: (error: CleanupError) => void;
-}
-
-/**
- * The `details` key a client sets on a failure after which the provisioner may still be carrying
- * a DELETE out, whatever the failure's status says: the retry of a request that went unanswered
- * (reset after it may have been written), or a 202 (accepted, not done yet). The release then
- * keeps the scope's delete-in-flight window instead of ending it.
- */
-export const DELETE_MAY_STILL_ACT = 'deleteMayStillAct';
-
-/** Whether a failed release leaves a DELETE the provisioner may still carry out. */
-export function deleteMayStillAct(error: unknown): boolean {
-  return isCleanupError(error) && error.details[DELETE_MAY_STILL_ACT] === true;
 }
 
 /**
@@ -90,6 +77,8 @@ export class SandboxProvider {
             runtimeScopeId: ref.runtimeScopeId,
             lockTimeoutMs: releaseLockTimeoutMs,
           },
+          // The wait ended before anything was sent.
+          { deleteMayStillAct: false },
         ),
     });
     const lockWaitMs = performance.now() - waitStarted;

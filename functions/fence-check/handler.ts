@@ -1,13 +1,6 @@
 import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { type ConsumerDependencies, createSqsConsumer } from '../adapters/batch.ts';
 import type { Database } from '../adapters/database.ts';
-import {
-  DEFERRALS_ATTRIBUTE,
-  nextDeferral,
-  RESTARTS_ATTRIBUTE,
-  trustedDeferrals,
-  trustedRestarts,
-} from '../adapters/deferral.ts';
 import { deployedInfrastructure } from '../adapters/deployed-infrastructure.ts';
 import type { ComposedFunction, Infrastructure } from '../adapters/infrastructure.ts';
 import { lambdaEntry, type SqsHandler } from '../adapters/lambda.ts';
@@ -15,6 +8,7 @@ import { parseMessage, RunFinishedMessage } from '../adapters/messages.ts';
 import { MetricName } from '../adapters/metric-names.ts';
 import { announceRunFinished, publishFinalize, publishRelease } from '../adapters/publish.ts';
 import { QueueName } from '../adapters/queues.ts';
+import { DEFERRALS, nextDeferral, RESTARTS, trustedCount } from '../cleanup/chain-limits.ts';
 import { fenceCheck } from '../cleanup/fence-check.ts';
 import { FenceCheckOutcome } from '../cleanup/types.ts';
 
@@ -32,9 +26,10 @@ export function createFenceCheckHandler(deps: ConsumerDependencies & { db: Datab
         const message = parseMessage(RunFinishedMessage, record.body);
         logger.appendKeys({ runId: message.runId, phase: 'fence-check' });
         // The chain's restarts so far travel on to release and finalize, which count the next one.
-        const restarts = trustedRestarts(
+        const restarts = trustedCount(
+          RESTARTS,
           message.restarts,
-          record.messageAttributes?.[RESTARTS_ATTRIBUTE]?.stringValue,
+          record.messageAttributes?.[RESTARTS.attribute]?.stringValue,
         );
         const result = await fenceCheck(db, message.runId);
         telemetry.count(MetricName.FENCE_CHECK_OUTCOME, { outcome: result.outcome });
@@ -62,10 +57,11 @@ export function createFenceCheckHandler(deps: ConsumerDependencies & { db: Datab
             logger.info('fence checked; no live sandbox, finalizing');
             return;
           case FenceCheckOutcome.DEFERRED: {
-            // The body's count only counts on the cleanup's own re-sends (deferral.ts).
-            const previous = trustedDeferrals(
+            // The body's count only counts on the cleanup's own re-sends (chain-limits.ts).
+            const previous = trustedCount(
+              DEFERRALS,
               message.deferrals,
-              record.messageAttributes?.[DEFERRALS_ATTRIBUTE]?.stringValue,
+              record.messageAttributes?.[DEFERRALS.attribute]?.stringValue,
             );
             const next = nextDeferral(previous, policy);
             if (next) {

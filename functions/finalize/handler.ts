@@ -1,7 +1,6 @@
 import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { type ConsumerDependencies, createSqsConsumer } from '../adapters/batch.ts';
 import type { Database } from '../adapters/database.ts';
-import { MAX_RESTARTS, nextDeferral, nextRestart } from '../adapters/deferral.ts';
 import { deployedInfrastructure } from '../adapters/deployed-infrastructure.ts';
 import type { ComposedFunction, Infrastructure } from '../adapters/infrastructure.ts';
 import { lambdaEntry, type SqsHandler } from '../adapters/lambda.ts';
@@ -14,6 +13,7 @@ import {
   publishFinalize,
 } from '../adapters/publish.ts';
 import { QueueName } from '../adapters/queues.ts';
+import { MAX_RESTARTS, nextDeferral, nextRestart } from '../cleanup/chain-limits.ts';
 import { IdentityUnstableError } from '../cleanup/errors.ts';
 import { finalize } from '../cleanup/finalize.ts';
 import { FinalizeOutcome } from '../cleanup/types.ts';
@@ -68,7 +68,7 @@ export function createFinalizeHandler(deps: ConsumerDependencies & { db: Databas
             return;
           }
           case FinalizeOutcome.IDENTITY_CHANGED: {
-            // A restart is counted and delayed (deferral.ts): a cause that persists must not turn
+            // A restart is counted and delayed (chain-limits.ts): a cause that persists must not turn
             // into one DELETE per lap, without end.
             const next = nextRestart(command.restarts, policy);
             if (!next) {

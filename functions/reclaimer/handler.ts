@@ -6,9 +6,10 @@ import type { ComposedFunction, Infrastructure } from '../adapters/infrastructur
 import { lambdaEntry } from '../adapters/lambda.ts';
 import { MetricName } from '../adapters/metric-names.ts';
 import type { Telemetry } from '../adapters/observability.ts';
-import { ProvisionerClient } from '../adapters/provisioner-client.ts';
+import { openProvisionerClient } from '../adapters/open-provisioner.ts';
 import { isCleanupError } from '../cleanup/errors.ts';
 import {
+  provisionerIdentity,
   type ReclaimEvent,
   type ReclaimReport,
   type ReclaimSettings,
@@ -25,9 +26,17 @@ import { SandboxProvider } from '../cleanup/sandbox-provider.ts';
  */
 export const REPORT_MARGIN_MS = 10_000;
 
-/** The reclaimer's settings from the configuration (shared with `ops orphans` and `ops reclaim`). */
-export function reclaimSettings(config: CleanupConfig): ReclaimSettings & { listTimeoutMs: number } {
+/**
+ * The reclaimer's settings from the configuration (shared with `ops orphans` and `ops reclaim`).
+ * `recordAs`: the deployment's own reclaimer records them as the settings of record, which no
+ * caller's guard may go below (an operator's tool leaves it unset).
+ */
+export function reclaimSettings(
+  config: CleanupConfig,
+  recordAs?: string,
+): ReclaimSettings & { listTimeoutMs: number } {
   return {
+    ...(recordAs ? { recordAs } : {}),
     graceSeconds: config.reclaimGraceSeconds,
     maxPerRun: config.reclaimMaxPerRun,
     maxSharePercent: config.reclaimMaxSharePercent,
@@ -58,6 +67,12 @@ export function reportReclaimEvent(telemetry: Telemetry, event: ReclaimEvent): v
         outcome: event.outcome,
         deletedGeneration: event.generation,
       });
+      if (event.settleError !== undefined) {
+        telemetry.logger.warn('could not end the reclaim records; they end at their deadlines', {
+          ...facts,
+          error: event.settleError instanceof Error ? event.settleError.message : String(event.settleError),
+        });
+      }
       telemetry.count(MetricName.SANDBOXES_RECLAIMED, { reason: sandbox.reason ?? 'unknown' });
       return;
     case 'skipped':
@@ -79,6 +94,8 @@ export function reportReclaimEvent(telemetry: Telemetry, event: ReclaimEvent): v
         ...facts,
         errorCode: isCleanupError(error) ? error.code : undefined,
         error: error instanceof Error ? error.message : String(error),
+        // The DELETE may still act: the scope and the id stay quarantined until it cannot.
+        quarantined: event.quarantined,
       });
       telemetry.count(MetricName.RECLAIM_REFUSED, { reason: 'delete_failed' });
       return;
@@ -87,28 +104,57 @@ export function reportReclaimEvent(telemetry: Telemetry, event: ReclaimEvent): v
 }
 
 export type ReclaimerResult =
-  | (Omit<ReclaimReport, 'classified' | 'leaked' | 'due'> & {
+  | (Omit<ReclaimReport, 'classified' | 'leaked' | 'due' | 'settings'> & {
       leaked: number;
       due: number;
+      settingsTightened: string[];
       refused?: undefined;
     })
   | { refused: string; message: string };
+
+/** Logs and counts what a whole run decided beyond its deletes: settings tightened, a brake lifted. */
+export function reportReclaimRun(
+  telemetry: Telemetry,
+  report: Pick<ReclaimReport, 'brakeLifted' | 'settings'>,
+): void {
+  if (report.settings.tightened.length > 0) {
+    telemetry.logger.warn("reclaim settings tightened to the deployment's settings of record", {
+      phase: 'reclaim',
+      tightened: report.settings.tightened,
+      recorded: report.settings.recorded,
+    });
+  }
+  if (report.brakeLifted) {
+    telemetry.logger.warn(
+      'reclaim brake lifted: a recent healthy listing of this provisioner vouches for the pairing',
+      {
+        phase: 'reclaim',
+        brake: report.brakeLifted.brake,
+        pairedAt: report.brakeLifted.pairedAt,
+      },
+    );
+    telemetry.count(MetricName.RECLAIM_BRAKE_LIFTED, { brake: report.brakeLifted.brake });
+  }
+}
 
 /**
  * reclaimer: on a schedule, lists the provisioner's sandboxes and deletes those no scope has owned
  * for the grace (functions/cleanup/reclaim.ts). A refused run (a listing it cannot trust, or a
  * runaway share) deletes nothing, says why and is counted for the alarm; it is not an invocation
- * error, since retrying it at once would find the same listing.
+ * error, since retrying it at once would find the same listing. As the deployment's own reclaimer
+ * it records its settings as the settings of record at every run.
  */
 export function createReclaimerHandler(deps: {
   db: Database;
   provider: SandboxProvider;
   lister: SandboxLister;
+  /** The provisioner's identity for the pairing evidence (`provisionerIdentity`). */
+  provisioner: string;
   telemetry: Telemetry;
   config: CleanupConfig;
 }): (event: unknown, context: Context) => Promise<ReclaimerResult> {
   const { telemetry, config } = deps;
-  const settings = reclaimSettings(config);
+  const settings = reclaimSettings(config, 'reclaimer');
   return async (_event, context) => {
     const remaining = context?.getRemainingTimeInMillis?.();
     const startDeletesBeforeMs =
@@ -122,6 +168,7 @@ export function createReclaimerHandler(deps: {
           db: deps.db,
           provider: deps.provider,
           lister: deps.lister,
+          provisioner: deps.provisioner,
           onEvent: (event) => reportReclaimEvent(telemetry, event),
         },
         { ...settings, ...(startDeletesBeforeMs !== undefined ? { startDeletesBeforeMs } : {}) },
@@ -138,6 +185,7 @@ export function createReclaimerHandler(deps: {
       telemetry.metrics.addMetric(MetricName.RECLAIM_REFUSED, 'Count', 1);
       return { refused: error.reason, message: error.message };
     }
+    reportReclaimRun(telemetry, report);
     telemetry.metrics.addMetric(MetricName.RECLAIM_REFUSED, 'Count', 0);
     telemetry.metrics.addMetric(MetricName.SANDBOXES_LISTED, 'Count', report.listed);
     telemetry.metrics.addMetric(MetricName.SANDBOXES_LEAKED, 'Count', report.leaked.length);
@@ -156,8 +204,13 @@ export function createReclaimerHandler(deps: {
       deferred: report.deferred,
       oldestLeakAgeSeconds: report.oldestLeakAgeSeconds,
     });
-    const { classified: _classified, ...rest } = report;
-    return { ...rest, leaked: report.leaked.length, due: report.due.length };
+    const { classified: _classified, settings: ofRecord, ...rest } = report;
+    return {
+      ...rest,
+      leaked: report.leaked.length,
+      due: report.due.length,
+      settingsTightened: ofRecord.tightened,
+    };
   };
 }
 
@@ -166,16 +219,22 @@ export async function composeReclaimer(
   infrastructure: Infrastructure,
 ): Promise<ComposedFunction<unknown, ReclaimerResult>> {
   const { config } = infrastructure;
-  const provisionerUrl = requireProvisionerUrl(config);
   const telemetry = infrastructure.telemetry('reclaimer');
+  const client = await openProvisionerClient(infrastructure, telemetry);
   const db = await infrastructure.database('reclaimer', telemetry);
-  const client = new ProvisionerClient(provisionerUrl);
   const provider = new SandboxProvider({
     client,
     releaseLockTimeoutMs: config.releaseLockTimeoutSeconds * 1000,
     provisionerDeleteTimeoutMs: config.provisionerDeleteTimeoutSeconds * 1000,
   });
-  const handler = createReclaimerHandler({ config, db, provider, lister: client, telemetry });
+  const handler = createReclaimerHandler({
+    config,
+    db,
+    provider,
+    lister: client,
+    provisioner: provisionerIdentity(requireProvisionerUrl(config)),
+    telemetry,
+  });
   return { handler, telemetry, close: () => provider.close() };
 }
 

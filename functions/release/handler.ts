@@ -1,29 +1,20 @@
+import type { Logger } from '@aws-lambda-powertools/logger';
 import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { type ConsumerDependencies, createSqsConsumer } from '../adapters/batch.ts';
-import { type CleanupConfig, requireProvisionerUrl } from '../adapters/config.ts';
+import type { CleanupConfig } from '../adapters/config.ts';
 import type { Database } from '../adapters/database.ts';
-import { MAX_RESTARTS, nextRestart } from '../adapters/deferral.ts';
 import { deployedInfrastructure } from '../adapters/deployed-infrastructure.ts';
 import type { ComposedFunction, Infrastructure } from '../adapters/infrastructure.ts';
 import { lambdaEntry, type SqsHandler } from '../adapters/lambda.ts';
 import { parseMessage, ReleaseCommand } from '../adapters/messages.ts';
 import { MetricName } from '../adapters/metric-names.ts';
+import { openProvisionerClient } from '../adapters/open-provisioner.ts';
 import { ProvisionerClient } from '../adapters/provisioner-client.ts';
 import { announceRunFinished, publishFinalize } from '../adapters/publish.ts';
 import { QueueName } from '../adapters/queues.ts';
-import { CleanupError, ErrorCode, IdentityUnstableError, ReleaseRefusedError } from '../cleanup/errors.ts';
-import { release } from '../cleanup/release.ts';
-import {
-  beginRelease,
-  DELETE_IN_FLIGHT_MARGIN_SECONDS,
-  type DeleteInFlight,
-  deleteInFlightSeconds,
-  deleteSettledBy,
-  endRelease,
-  ReleaseGuard,
-} from '../cleanup/release-guard.ts';
-import { deleteMayStillAct, SandboxProvider } from '../cleanup/sandbox-provider.ts';
-import type { ReleaseResult } from '../cleanup/types.ts';
+import { CleanupError, ErrorCode } from '../cleanup/errors.ts';
+import { processReleaseCommand, type QuarantineFacts } from '../cleanup/release-command.ts';
+import { SandboxProvider } from '../cleanup/sandbox-provider.ts';
 
 /**
  * Time kept back from the Lambda deadline for publishing the finalize command and reporting the
@@ -33,7 +24,9 @@ import type { ReleaseResult } from '../cleanup/types.ts';
 export const PUBLISH_MARGIN_MS = 5_000;
 
 /**
- * release: `runtime-release.fifo` → release guard → phase 2 (no transaction) → `runtime-finalize`.
+ * release: `runtime-release.fifo` → phase 2 (functions/cleanup/release-command.ts: the release
+ * guard, the bounded DELETE with no transaction open, the delete-in-flight record settled) →
+ * `runtime-finalize`. This handler only wires it: parse, decide, publish, log and count.
  * Retryable failures come back with backoff; the fence stays up throughout. A command the guard
  * refuses (forged or mismatched) is dead-lettered at once with its own code, before any DELETE.
  */
@@ -41,7 +34,7 @@ export function createReleaseHandler(
   deps: ConsumerDependencies & { provider: SandboxProvider; db: Database },
 ): SqsHandler {
   const { provider, queues, telemetry, config, db } = deps;
-  const policy = { baseSeconds: config.retryBaseSeconds, maxSeconds: config.retryMaxSeconds };
+  const retryPolicy = { baseSeconds: config.retryBaseSeconds, maxSeconds: config.retryMaxSeconds };
   return createSqsConsumer(
     {
       queue: QueueName.RUNTIME_RELEASE,
@@ -54,149 +47,116 @@ export function createReleaseHandler(
           generation: command.generation,
           phase: 'release',
         });
+        const started = performance.now();
         // The bound is fixed before the guard, so the in-flight record covers exactly it.
         const deadlineMs = Math.max(1_000, remainingTimeMs() - PUBLISH_MARGIN_MS);
-        const boundMs = Math.min(config.runtimeCleanupTimeoutSeconds * 1000, deadlineMs);
-        let guard: Awaited<ReturnType<typeof beginRelease>>;
-        try {
-          guard = await beginRelease(db, command, {
-            inFlightSeconds: deleteInFlightSeconds(boundMs, config.provisionerDeleteTimeoutSeconds),
-            lockTimeoutMs: config.databaseLockTimeoutMs,
-          });
-        } catch (error) {
-          if (error instanceof ReleaseRefusedError) {
+        const decision = await processReleaseCommand(command, {
+          db,
+          provider,
+          boundMs: Math.min(config.runtimeCleanupTimeoutSeconds * 1000, deadlineMs),
+          provisionerDeleteTimeoutSeconds: config.provisionerDeleteTimeoutSeconds,
+          databaseLockTimeoutMs: config.databaseLockTimeoutMs,
+          retryPolicy,
+        });
+        switch (decision.action) {
+          case 'refused':
             logger.error('release refused before any DELETE', {
-              errorCode: error.code,
+              errorCode: decision.error.code,
               sandboxId: command.sandboxId,
             });
-            // The command is parked; the fence it names is not. Phase 1 resolves the run's cleanup
-            // again from the database (a platform that recorded a new sandbox while the fence was
-            // up gets it cleaned without waiting for the sweeper).
-            if (error.code === ErrorCode.RELEASE_SANDBOX_MISMATCH) {
-              const next = nextRestart(command.restarts, policy);
-              if (next) {
-                await announceRunFinished(queues, command.runId, {
-                  reason: 'sandbox_mismatch_at_release',
-                  ...next,
-                });
-              } else {
-                logger.error(
-                  'not restarting at phase 1: the chain restarted too often; left to the sweeper',
-                  {
-                    restarts: command.restarts,
-                  },
-                );
-              }
-            }
-          }
-          throw error;
-        }
-        if (guard.verdict === ReleaseGuard.FENCE_GONE) {
-          telemetry.count(MetricName.RELEASE_SKIPPED, { reason: guard.verdict });
-          logger.info('release skipped: the fence it was for is gone', { sandboxId: command.sandboxId });
-          return;
-        }
-        if (guard.verdict === ReleaseGuard.SCOPE_ACTIVE || guard.verdict === ReleaseGuard.ALREADY_RELEASED) {
-          // Restart at phase 1: it defers while the scope is busy, and finds nothing to delete once
-          // the generation is gone.
-          // Counted and delayed like every restart (deferral.ts), and dead-lettered past the bound.
-          telemetry.count(MetricName.RELEASE_SKIPPED, { reason: guard.verdict });
-          const next = nextRestart(command.restarts, policy);
-          if (!next) {
-            throw new IdentityUnstableError(
-              `the release guard answered ${guard.verdict} after ${MAX_RESTARTS} restarts at phase 1; fence kept, left to the sweeper`,
-              { verdict: guard.verdict, restarts: command.restarts ?? 0 },
-            );
-          }
-          await announceRunFinished(queues, command.runId, {
-            reason: `${guard.verdict}_at_release`,
-            ...next,
-          });
-          logger.warn('release skipped; fence check again', {
-            reason: guard.verdict,
-            restarts: next.restarts,
-            restartInSeconds: next.delaySeconds,
-            ...(guard.verdict === ReleaseGuard.SCOPE_ACTIVE ? { activeRunId: guard.activeRunId } : {}),
-          });
-          return;
-        }
-        const { inFlight } = guard;
-        /** How long a request we stopped waiting for may still act at the provisioner. */
-        const residualSeconds = config.provisionerDeleteTimeoutSeconds + DELETE_IN_FLIGHT_MARGIN_SECONDS;
-        const started = performance.now();
-        let result: ReleaseResult;
-        try {
-          result = await release(command, { provider, runtimeCleanupTimeoutMs: boundMs });
-        } catch (error) {
-          countFailure(error);
-          // Ended without an answer: the provisioner may still carry the request out for its own
-          // delete time, so the scope stays quarantined that long (never longer than the record).
-          // A request that went unanswered before this failure (reset after it may have been
-          // written), or a 202, may still be acting, whatever the failure's status says.
-          await settle(
-            inFlight,
-            deleteSettledBy(error) && !deleteMayStillAct(error) ? undefined : residualSeconds,
-          );
-          throw error;
-        }
-        // Answered: nothing of this attempt can act any more, unless one of its requests went
-        // unanswered before the answer came (a reset after the request may have been written):
-        // the provisioner may still be carrying that one out, so the residual window stays. Lowered
-        // before finalize is published, so the scope opens as soon as its fence clears.
-        await settle(inFlight, result.unansweredAttempts ? residualSeconds : undefined);
-        try {
-          telemetry.count(MetricName.RELEASE_SUCCEEDED, { outcome: result.outcome });
-          telemetry.milliseconds(MetricName.RELEASE_DURATION, performance.now() - started);
-          telemetry.milliseconds(MetricName.RELEASE_LOCK_WAIT, result.lockWaitMs);
-          await publishFinalize(
-            queues,
-            command,
-            result.outcome,
-            command.restarts ? { restarts: command.restarts } : {},
-          );
-          logger.info('sandbox released', {
-            sandboxId: command.sandboxId,
-            outcome: result.outcome,
-            lockWaitMs: Math.round(result.lockWaitMs),
-            deleteMs: Math.round(result.deleteMs),
-            ...(result.unansweredAttempts ? { unansweredAttempts: result.unansweredAttempts } : {}),
-          });
-        } catch (error) {
-          countFailure(error);
-          throw error;
-        }
-
-        function countFailure(error: unknown): void {
-          const errorCode = error instanceof CleanupError ? error.code : 'UNEXPECTED';
-          telemetry.count(MetricName.RELEASE_FAILED, { errorCode });
-        }
-
-        /** Lowers the in-flight record; a failure only leaves it to expire at its deadline. */
-        async function settle(record: DeleteInFlight, residualSeconds?: number): Promise<void> {
-          try {
-            const until = await endRelease(db, record, residualSeconds);
-            if (until) {
-              logger.info('scope stays quarantined: a delete may still act at the provisioner', {
-                deleteInFlightUntil: until.toISOString(),
+            if (decision.restart) {
+              await announceRunFinished(queues, command.runId, {
+                reason: 'sandbox_mismatch_at_release',
+                ...decision.restart,
+              });
+            } else if (decision.error.code === ErrorCode.RELEASE_SANDBOX_MISMATCH) {
+              logger.error('not restarting at phase 1: the chain restarted too often; left to the sweeper', {
+                restarts: command.restarts,
               });
             }
-          } catch (error) {
-            logger.warn('could not lower the delete-in-flight record; it ends at its deadline', {
-              deleteInFlightUntil: record.until.toISOString(),
-              error: (error as Error).message,
+            throw decision.error;
+          case 'skip':
+            telemetry.count(MetricName.RELEASE_SKIPPED, { reason: decision.verdict });
+            logger.info('release skipped: the fence it was for is gone', { sandboxId: command.sandboxId });
+            return;
+          case 'restart':
+            telemetry.count(MetricName.RELEASE_SKIPPED, { reason: decision.verdict });
+            await announceRunFinished(queues, command.runId, {
+              reason: `${decision.verdict}_at_release`,
+              restarts: decision.restarts,
+              delaySeconds: decision.delaySeconds,
             });
+            logger.warn('release skipped; fence check again', {
+              reason: decision.verdict,
+              restarts: decision.restarts,
+              restartInSeconds: decision.delaySeconds,
+              ...(decision.activeRunId ? { activeRunId: decision.activeRunId } : {}),
+            });
+            return;
+          case 'failed':
+            logQuarantine(logger, decision);
+            countFailure(decision.error);
+            throw decision.error;
+          case 'finalize': {
+            logQuarantine(logger, decision);
+            const { result } = decision;
+            try {
+              telemetry.count(MetricName.RELEASE_SUCCEEDED, { outcome: result.outcome });
+              telemetry.milliseconds(MetricName.RELEASE_DURATION, performance.now() - started);
+              telemetry.milliseconds(MetricName.RELEASE_LOCK_WAIT, result.lockWaitMs);
+              await publishFinalize(
+                queues,
+                command,
+                result.outcome,
+                command.restarts ? { restarts: command.restarts } : {},
+              );
+              logger.info('sandbox released', {
+                sandboxId: command.sandboxId,
+                outcome: result.outcome,
+                lockWaitMs: Math.round(result.lockWaitMs),
+                deleteMs: Math.round(result.deleteMs),
+                ...(result.unansweredAttempts ? { unansweredAttempts: result.unansweredAttempts } : {}),
+              });
+            } catch (error) {
+              countFailure(error);
+              throw error;
+            }
+            return;
           }
         }
       },
     },
     deps,
   );
+
+  function countFailure(error: unknown): void {
+    const errorCode = error instanceof CleanupError ? error.code : 'UNEXPECTED';
+    telemetry.count(MetricName.RELEASE_FAILED, { errorCode });
+  }
 }
 
-/** The provider over a real HTTP client to the provisioner, with the configured bounds. */
-export function createProvider(config: CleanupConfig, provisionerUrl: string): SandboxProvider {
+/** What became of the attempt's delete-in-flight record, when it is worth a line. */
+function logQuarantine(logger: Logger, facts: QuarantineFacts): void {
+  if (facts.quarantinedUntil) {
+    logger.info('scope stays quarantined: a delete may still act at the provisioner', {
+      deleteInFlightUntil: facts.quarantinedUntil.toISOString(),
+    });
+  }
+  if (facts.settleError !== undefined) {
+    logger.warn('could not lower the delete-in-flight record; it ends at its deadline', {
+      deleteInFlightUntil: facts.recordUntil?.toISOString(),
+      error: facts.settleError instanceof Error ? facts.settleError.message : String(facts.settleError),
+    });
+  }
+}
+
+/** The provider over a real HTTP client to the provisioner (or its URL), with the configured bounds. */
+export function createProvider(
+  config: CleanupConfig,
+  provisioner: string | ProvisionerClient,
+): SandboxProvider {
   return new SandboxProvider({
-    client: new ProvisionerClient(provisionerUrl),
+    client: typeof provisioner === 'string' ? new ProvisionerClient(provisioner) : provisioner,
     releaseLockTimeoutMs: config.releaseLockTimeoutSeconds * 1000,
     provisionerDeleteTimeoutMs: config.provisionerDeleteTimeoutSeconds * 1000,
   });
@@ -210,10 +170,10 @@ export async function composeRelease(
   infrastructure: Infrastructure,
 ): Promise<ComposedFunction<SQSEvent, SQSBatchResponse>> {
   const { config, maxReceiveCounts } = infrastructure;
-  const provisionerUrl = requireProvisionerUrl(config);
   const telemetry = infrastructure.telemetry('release');
+  // SANDBOX_PROVISIONER_URL validated and the token read (deployed: from SSM) before anything else.
+  const provider = createProvider(config, await openProvisionerClient(infrastructure, telemetry));
   const db = await infrastructure.database('release', telemetry);
-  const provider = createProvider(config, provisionerUrl);
   const handler = createReleaseHandler({
     config,
     db,

@@ -76,11 +76,21 @@ const RENEW_LEASE = `
  */
 export type SandboxUpsert = 'resets-released' | 'keeps-released' | 'keeps-released-bypassing-triggers';
 
+/** The scope's next generation, for a provisioner that reports none (the platform's counts its own). */
+const NEXT_GENERATION = `
+  SELECT COALESCE(max(generation), 0) + 1 AS generation FROM sandbox_runtimes
+  WHERE uid = $1::text AND runtime_scope_id = $2::text`;
+
 export class PlatformSimulator {
+  /**
+   * `provisionerUrl` is the provisioner's base URL, a path prefix included (a provisioner behind a
+   * gateway route); `token`, when given, goes on every request as `Authorization: Bearer <token>`.
+   */
   constructor(
     private readonly db: Database,
     private readonly queues: Queues,
     private readonly provisionerUrl: string,
+    private readonly options: { token?: string | undefined } = {},
   ) {}
 
   async createScope(uid = `user-${randomUUID().slice(0, 8)}`): Promise<ScopeRef> {
@@ -115,6 +125,11 @@ export class PlatformSimulator {
       workerId?: string;
       upsert?: SandboxUpsert;
       crashBeforeRecording?: boolean;
+      /**
+       * Record this sandbox instead of creating one at the provisioner (the smoke check against a
+       * stage whose provisioner this machine cannot reach: the release's DELETE then finds it gone).
+       */
+      recordedSandbox?: { sandboxId: string; generation: number };
     } = {},
   ): Promise<(AdmittedRun & { leakedSandboxId?: string }) | undefined> {
     const runId = `run-${randomUUID()}`;
@@ -137,7 +152,9 @@ export class PlatformSimulator {
       leakedSandboxId = `sbx-${scope.runtimeScopeId}-lost-${randomUUID().slice(0, 8)}`;
       await this.#createAtProvisioner(scope, leakedSandboxId);
     }
-    const sandbox = await this.acquireSandbox(scope, options.upsert);
+    const sandbox = options.recordedSandbox
+      ? await this.recordSandbox(scope, options.recordedSandbox, options.upsert)
+      : await this.acquireSandbox(scope, options.upsert);
     return { runId, scope, ...sandbox, ...(leakedSandboxId ? { leakedSandboxId } : {}) };
   }
 
@@ -148,6 +165,16 @@ export class PlatformSimulator {
   ): Promise<{ sandboxId: string; generation: number }> {
     const sandboxId = `sbx-${scope.runtimeScopeId}`;
     const generation = await this.#createAtProvisioner(scope, sandboxId);
+    return this.recordSandbox(scope, { sandboxId, generation }, upsert);
+  }
+
+  /** Records the scope's sandbox and generation, as the platform does once the provisioner made it. */
+  async recordSandbox(
+    scope: ScopeRef,
+    sandbox: { sandboxId: string; generation: number },
+    upsert: SandboxUpsert = 'resets-released',
+  ): Promise<{ sandboxId: string; generation: number }> {
+    const { sandboxId, generation } = sandbox;
     // An upsert: the same row whether it runs once or twice.
     const values = [scope.uid, scope.runtimeScopeId, sandboxId, generation];
     if (upsert === 'keeps-released-bypassing-triggers') {
@@ -164,11 +191,20 @@ export class PlatformSimulator {
     return { sandboxId, generation };
   }
 
-  /** POST /api/sandboxes: creates (or reuses) the sandbox; returns its generation. */
+  /**
+   * POST /api/sandboxes: creates (or reuses) the sandbox; returns its generation: the one the
+   * provisioner reports, or, from a provisioner that reports none (the platform's), the scope's
+   * next one, as the platform counts them itself.
+   */
   async #createAtProvisioner(scope: ScopeRef, sandboxId: string): Promise<number> {
-    const response = await fetch(new URL('/api/sandboxes', this.provisionerUrl), {
+    const base = this.provisionerUrl.replace(/\/+$/, '');
+    const { token } = this.options;
+    const response = await fetch(`${base}/api/sandboxes`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json' },
+      headers: {
+        'content-type': 'application/json',
+        ...(token !== undefined ? { authorization: `Bearer ${token}` } : {}),
+      },
       body: JSON.stringify({ sandbox_id: sandboxId, thread_id: scope.threadId, user_id: scope.uid }),
     });
     if (response.status !== 200 && response.status !== 201) {
@@ -176,8 +212,13 @@ export class PlatformSimulator {
         `provisioner refused to create sandbox ${sandboxId}: ${response.status} ${await response.text()}`,
       );
     }
-    const body = (await response.json()) as { generation: number };
-    return body.generation;
+    const body = (await response.json()) as { generation?: unknown };
+    if (typeof body.generation === 'number') return body.generation;
+    const { rows } = await this.db.query<{ generation: string }>(NEXT_GENERATION, [
+      scope.uid,
+      scope.runtimeScopeId,
+    ]);
+    return Number(rows[0]!.generation);
   }
 
   async startSubagent(parent: AdmittedRun): Promise<string> {

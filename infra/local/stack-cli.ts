@@ -60,6 +60,7 @@ async function main(): Promise<void> {
     sqsEndpoint: stack.sqsEndpoint,
     queues: [...stack.createdQueues.values()].map((queue) => queue.url),
     databaseUrl: redactUrl(stack.databaseUrl),
+    databaseDriver: stack.databaseDriver,
     provisionerUrl: redactUrl(stack.provisionerUrl),
     builtInProvisioner: stack.provisioner !== undefined,
     sweepIntervalSeconds: stack.config.fenceSweepIntervalSeconds,

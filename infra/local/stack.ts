@@ -8,9 +8,11 @@ import {
   validProvisionerUrl,
 } from '../../functions/adapters/config.ts';
 import { type Database, openDatabase } from '../../functions/adapters/database.ts';
+import type { DatabaseDriver } from '../../functions/adapters/database-driver.ts';
 import { FUNCTION_LOG_NAMES, type Infrastructure } from '../../functions/adapters/infrastructure.ts';
 import { withObservability } from '../../functions/adapters/lambda.ts';
 import { createTelemetry, type Telemetry } from '../../functions/adapters/observability.ts';
+import { provisionerTokenSource } from '../../functions/adapters/provisioner-token.ts';
 import {
   createQueues,
   createSqsClient,
@@ -25,6 +27,7 @@ import { composeRelease } from '../../functions/release/handler.ts';
 import { composeSweeper } from '../../functions/sweeper/handler.ts';
 import type { SweepResult } from '../../functions/sweeper/sweep.ts';
 import { migrate } from '../migrate.ts';
+import { localConnection } from './database.ts';
 import { startDatabaseBridge } from './db-bridge.ts';
 import { startEmbeddedPostgres } from './embedded-postgres.ts';
 import {
@@ -55,7 +58,11 @@ export interface StackOptions {
   env?: Readonly<Record<string, string | undefined>>;
   /** Overrides DATABASE_URL. */
   databaseUrl?: string;
-  /** A running WebSocket bridge (`host:port`); one is started otherwise. */
+  /**
+   * A running WebSocket bridge (`host:port`) for the `neon` driver; else DATABASE_WS_PROXY, else
+   * one the stack starts for a loopback URL. The `tcp` driver (DATABASE_DRIVER, or a loopback URL's
+   * default) needs none and starts none.
+   */
   wsProxy?: string;
   /** Port of the in-process SQS emulator: 4566 by contract, 0 in tests. */
   sqsPort?: number;
@@ -96,6 +103,8 @@ export interface Stack {
   sqs: SQSClient;
   sqsEndpoint: string;
   databaseUrl: string;
+  /** The driver the stack's pool uses (DATABASE_DRIVER, else by the URL's host). */
+  databaseDriver: DatabaseDriver;
   provisionerUrl: string;
   /** The built-in provisioner, when SANDBOX_PROVISIONER_URL was not given. */
   provisioner: LocalProvisioner | undefined;
@@ -119,6 +128,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   const config = loadConfig(options.env ?? process.env);
   // Given only the deployed functions' parameter, the stack would quietly use embedded PostgreSQL.
   if (options.databaseUrl === undefined) refuseParameterWithoutUrl(config);
+  // SANDBOX_PROVISIONER_TOKEN as is; its deployed parameter alone is refused (the stack reads no SSM).
+  const provisionerToken = provisionerTokenSource(config);
   const dataDir = resolve(options.dataDir ?? '.data');
   const cleanups: Array<() => Promise<void>> = [];
   const stopAll = async () => {
@@ -154,15 +165,18 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       cleanups.push(() => embedded.stop());
       databaseUrl = embedded.url;
     }
-    let wsProxy = options.wsProxy;
-    if (!wsProxy) {
-      const bridge = await startDatabaseBridge();
-      cleanups.push(() => bridge.close());
-      wsProxy = bridge.address;
-    }
+    const connection = await localConnection(
+      databaseUrl,
+      { driver: config.databaseDriver, wsProxy: options.wsProxy ?? config.databaseWsProxy },
+      async () => {
+        const bridge = await startDatabaseBridge();
+        cleanups.push(() => bridge.close());
+        return bridge.address;
+      },
+    );
     const db = await openDatabase({
       url: databaseUrl,
-      wsProxy,
+      ...connection,
       maxConnections: 20,
       lockTimeoutMs: config.databaseLockTimeoutMs,
       statementTimeoutMs: config.databaseStatementTimeoutMs,
@@ -184,6 +198,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
         ...(options.provisionerGraceMs !== undefined ? { graceMs: options.provisionerGraceMs } : {}),
         ...(options.provisionerMode !== undefined ? { mode: options.provisionerMode } : {}),
         ...(options.provisionerAuditLimit !== undefined ? { auditLimit: options.provisionerAuditLimit } : {}),
+        // With SANDBOX_PROVISIONER_TOKEN set, the built-in provisioner requires it on every request.
+        ...(config.provisionerToken !== undefined ? { token: config.provisionerToken } : {}),
       });
       cleanups.push(() => provisioner!.stop());
       provisionerUrl = provisioner.url;
@@ -217,6 +233,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       telemetry: (functionKey) => telemetry[functionKey],
       database: async () => db,
       queues: () => queues,
+      provisionerToken: () => provisionerToken,
       maxReceiveCounts,
     };
     const composed = {
@@ -311,6 +328,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       sqs,
       sqsEndpoint,
       databaseUrl,
+      databaseDriver: connection.driver,
       provisionerUrl,
       provisioner,
       createdQueues,

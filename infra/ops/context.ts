@@ -74,7 +74,8 @@ export function createOpsContext(env: Env): OpsContext {
   const openChecked = async (): Promise<Database> => {
     const db = await openLocalDatabase({
       url: databaseUrl,
-      ...(config.databaseWsProxy ? { wsProxy: config.databaseWsProxy } : {}),
+      driver: config.databaseDriver,
+      wsProxy: config.databaseWsProxy,
       maxConnections: 4,
       lockTimeoutMs: config.databaseLockTimeoutMs,
       statementTimeoutMs: config.databaseStatementTimeoutMs,

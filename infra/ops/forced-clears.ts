@@ -2,7 +2,7 @@
  * Reading the audit of forced clears (table `runtime_cleanup_overrides`, written by
  * functions/cleanup/force-clear.ts): `fences --history` lists them all, `explain` those of one run.
  */
-import type { Executor } from '../../functions/adapters/database.ts';
+import type { Database, Executor } from '../../functions/adapters/database.ts';
 import { isoTime, orDash, renderTable } from './format.ts';
 
 const FORCED_CLEARS = `
@@ -142,11 +142,12 @@ export interface EarlierAttempt {
 }
 
 export async function findEarlierAttempt(
-  db: Executor,
+  db: Pick<Database, 'transact'>,
   request: { runId: string; actor: string; reason: string },
 ): Promise<EarlierAttempt | undefined> {
-  // A read: safe to send again after a lost connection.
-  const { rows } = await db.query<{
+  // A read, in one READ COMMITTED trip (runtime_cleanup_blocked answers only at that level): safe
+  // to send again after a lost connection.
+  const { rows } = await db.transact<{
     id: string;
     uid: string;
     runtime_scope_id: string;

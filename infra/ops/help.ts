@@ -64,9 +64,10 @@ export function renderHelp(commands: readonly Command[]): string {
     'Configuration (environment; the same as the functions)',
     ...columns([
       ['DATABASE_URL', `default ${DEFAULT_DATABASE_URL}; deployed, export it from its SSM parameter`],
+      ['DATABASE_DRIVER', 'neon or tcp; unset: neon for Neon hosts (*.neon.tech), tcp otherwise'],
       [
         'DATABASE_WS_PROXY',
-        'host:port of a local WebSocket bridge (for a loopback DATABASE_URL one is started)',
+        'host:port of a local WebSocket bridge for the neon driver (for a loopback DATABASE_URL one is started)',
       ],
       ['AWS_ENDPOINT_URL_SQS', 'unset: AWS through the SDK defaults (AWS_REGION, credential chain)'],
       ['QUEUE_NAME_PREFIX', 'stage prefix of the deployed queue names'],

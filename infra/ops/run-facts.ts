@@ -4,7 +4,7 @@
  * Terminal, active, the descendant walk and released are the decisions' own SQL functions
  * (infra/sql/), so what an operator is shown is what the phases decide on.
  */
-import type { Executor } from '../../functions/adapters/database.ts';
+import type { Database } from '../../functions/adapters/database.ts';
 import type { Queues } from '../../functions/adapters/queues.ts';
 import { deadLetterQueueName } from '../../functions/adapters/queues.ts';
 import { RunNotFoundError } from '../../functions/cleanup/errors.ts';
@@ -132,7 +132,7 @@ export interface RunFacts {
 }
 
 export async function readRunFacts(
-  db: Executor,
+  db: Pick<Database, 'query' | 'transact'>,
   runId: string,
 ): Promise<Pick<RunFacts, 'run' | 'scope' | 'forcedClears'>> {
   // Reads only: each is safe to send again after a lost connection (Database.query does, once).
@@ -140,7 +140,9 @@ export async function readRunFacts(
   const run = rows[0];
   if (!run) throw new RunNotFoundError(runId);
   const [scope, scopeRuns, descendants, forcedClears] = await Promise.all([
-    db.query<{
+    // runtime_cleanup_blocked answers only at READ COMMITTED (it raises otherwise, so that a
+    // platform on a database defaulting to REPEATABLE READ fails loudly): one READ COMMITTED trip.
+    db.transact<{
       blocked: boolean;
       sandbox_id: string | null;
       generation: string | null;

@@ -216,6 +216,32 @@ function alarmResources({ stage, service, config, subscription }) {
     }),
   };
 
+  // Emitted by the release and the reclaimer (one series per function): summed over both, so one
+  // refused DELETE pages. A wrong SANDBOX_PROVISIONER_URL fails every cleanup until it is fixed.
+  resources.ProvisionerUrlUnverifiedAlarm = {
+    Type: 'AWS::CloudWatch::Alarm',
+    Properties: notify({
+      AlarmName: name('provisioner-url-unverified'),
+      AlarmDescription: describe(
+        `a DELETE was answered 404/410 from a SANDBOX_PROVISIONER_URL whose GET /api/sandboxes is not the provisioner's listing (a web framework's "no such route" at a wrong path prefix, a gateway route missing): no fence clears, every release dead-letters with PROVISIONER_URL_UNVERIFIED, the sandboxes live on.`,
+        `read a dead letter's reason (\`npm run ops -- dlq\`): it names the URL and what its listing answered. Fix SANDBOX_PROVISIONER_URL (or the gateway route) so that GET <url>/api/sandboxes answers the listing, deploy, then \`npm run ops -- redrive runtime-release.fifo\`.`,
+      ),
+      Metrics: [
+        {
+          Id: 'refused',
+          Expression: `SELECT SUM(${MetricName.PROVISIONER_URL_UNVERIFIED}) FROM "${METRICS_NAMESPACE}" WHERE service = '${SERVICE_NAME}' AND stage = '${stage}'`,
+          Period: 300,
+          ReturnData: true,
+        },
+      ],
+      EvaluationPeriods: 1,
+      DatapointsToAlarm: 1,
+      Threshold: 0,
+      ComparisonOperator: 'GreaterThanThreshold',
+      TreatMissingData: 'notBreaching',
+    }),
+  };
+
   // Every consumed queue: a message older than all its attempts and backoffs take is neither being
   // processed nor on its way to the DLQ.
   for (const [queue, definition] of Object.entries(QUEUE_DEFINITIONS)) {

@@ -33,7 +33,9 @@ const EXTRA_DIMENSIONS = {
   SandboxesLeaked: [],
   SandboxesReclaimed: ['reason'],
   ReclaimRefused: ['reason'],
+  ReclaimBrakeLifted: ['brake'],
   OldestLeakAge: [],
+  ProvisionerUrlUnverified: [],
 };
 
 const WIDTH = 24;
@@ -136,8 +138,12 @@ function dashboardResources({ stage, service, alarmLogicalIds }) {
     ]),
     graph('Reclaimer: refused by reason (whole runs and single sandboxes)', [
       [search(M.RECLAIM_REFUSED, 'Sum', '')],
+      [search(M.RECLAIM_BRAKE_LIFTED, 'Sum', 'brake lifted by pairing evidence')],
     ]),
     graph('Reclaimer: oldest open leak (s)', [[search(M.OLDEST_LEAK_AGE, 'Maximum', 'oldest leak')]]),
+    graph('Deletes refused: SANDBOX_PROVISIONER_URL is not the provisioner', [
+      [search(M.PROVISIONER_URL_UNVERIFIED, 'Sum', '')],
+    ]),
     graph('Dead-lettered by queue and reason', [[search(M.DEAD_LETTERED, 'Sum', '')]]),
     graph('Retries scheduled by queue and errorCode', [[search(M.RETRY_SCHEDULED, 'Sum', '')]]),
     graph('Records per invocation', [[search(M.RECORDS_RECEIVED, 'Average', '')]]),

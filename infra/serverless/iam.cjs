@@ -32,6 +32,12 @@ const SENDS = {
   reclaimer: [],
 };
 
+/**
+ * The functions that call the sandbox provisioner (release deletes, the reclaimer lists and
+ * deletes): they alone get its URL and, when the stage enables it, its bearer token.
+ */
+const PROVISIONER_CALLERS = ['release', 'reclaimer'];
+
 /** What the Lambda event source needs, plus ChangeMessageVisibility for the retry backoff (batch.ts). */
 const CONSUME_ACTIONS = [
   'sqs:ReceiveMessage',
@@ -45,9 +51,14 @@ const SEND_ACTIONS = ['sqs:SendMessage', 'sqs:GetQueueUrl'];
 
 const arnOf = (logicalId) => ({ 'Fn::GetAtt': [logicalId, 'Arn'] });
 
-/** The KMS key that encrypts the database URL's SecureString parameter, and its alias. */
-const DATABASE_URL_KEY = 'DatabaseUrlKey';
-const DATABASE_URL_KEY_ALIAS = 'DatabaseUrlKeyAlias';
+/**
+ * The SecureString parameters the functions read at cold start, by the name that prefixes their
+ * key's logical IDs and outputs. `DatabaseUrlKey` must never change: a renamed key is a new key,
+ * and the parameter stays encrypted under the old one.
+ */
+const SECURE_PARAMETERS = { DATABASE_URL: 'DatabaseUrl', PROVISIONER_TOKEN: 'ProvisionerToken' };
+const keyLogicalId = (name) => `${name}Key`;
+const DATABASE_URL_KEY = keyLogicalId(SECURE_PARAMETERS.DATABASE_URL);
 
 /** `/runtime-cleanup/prod/database-url` → its ARN (SSM puts the name, leading slash included, after `parameter`). */
 function parameterArn(name) {
@@ -55,28 +66,34 @@ function parameterArn(name) {
   return { 'Fn::Sub': `arn:\${AWS::Partition}:ssm:\${AWS::Region}:\${AWS::AccountId}:parameter${path}` };
 }
 
+/** `sandbox-provisioner-token` from `/runtime-cleanup/prod/sandbox-provisioner-token`. */
+const parameterBaseName = (parameter) => parameter.split('/').filter(Boolean).pop();
+
 /**
- * A customer-managed key for the database URL, so that decrypting it takes a grant on this key:
- * with SSM's AWS-managed key (aws/ssm) any principal of the account allowed to read the parameter
- * could decrypt it too, and a role's kms:Decrypt could not name one key. The key policy only hands
+ * A customer-managed key for one SecureString parameter (the database URL; the provisioner's
+ * token when the stage enables it), so that decrypting it takes a grant on this key: with SSM's
+ * AWS-managed key (aws/ssm) any principal of the account allowed to read the parameter could
+ * decrypt it too, and a role's kms:Decrypt could not name one key. The key policy only hands
  * administration to the account's IAM (AWS's default); the function roles get kms:Decrypt on it,
- * through SSM only and for this one parameter only (iam statements below).
+ * through SSM only and for this one parameter only (readSecureParameterStatements below).
  *
  * Retained when the stack is deleted or the key replaced: the parameter stays encrypted under it,
- * and deleting the only key that can decrypt it would make the credentials unrecoverable.
+ * and deleting the only key that can decrypt it would make the secret unrecoverable.
  *
- * @param {{ stage: string, service: string, databaseUrlParameter: string }} options
+ * @param {{ name: string, parameter: string, what: string, stage: string, service: string }} options
+ *   `name` prefixes the logical IDs and outputs (`DatabaseUrl` → DatabaseUrlKey, DatabaseUrlKeyAlias,
+ *   outputs DatabaseUrlParameterName and DatabaseUrlKeyAlias); `what` names the secret in descriptions.
  */
-function databaseUrlKeyResources({ stage, service, databaseUrlParameter }) {
-  const alias = `alias/${service}-${stage}-database-url`;
+function secureParameterKeyResources({ name, parameter, what, stage, service }) {
+  const alias = `alias/${service}-${stage}-${parameterBaseName(parameter)}`;
   return {
     resources: {
-      [DATABASE_URL_KEY]: {
+      [keyLogicalId(name)]: {
         Type: 'AWS::KMS::Key',
         DeletionPolicy: 'Retain',
         UpdateReplacePolicy: 'Retain',
         Properties: {
-          Description: `Encrypts the SSM SecureString ${databaseUrlParameter} (${service} ${stage})`,
+          Description: `Encrypts the SSM SecureString ${parameter} (${service} ${stage})`,
           EnableKeyRotation: true,
           KeyPolicy: {
             Version: '2012-10-17',
@@ -92,36 +109,42 @@ function databaseUrlKeyResources({ stage, service, databaseUrlParameter }) {
           },
         },
       },
-      [DATABASE_URL_KEY_ALIAS]: {
+      [`${name}KeyAlias`]: {
         Type: 'AWS::KMS::Alias',
-        Properties: { AliasName: alias, TargetKeyId: { Ref: DATABASE_URL_KEY } },
+        Properties: { AliasName: alias, TargetKeyId: { Ref: keyLogicalId(name) } },
       },
     },
     outputs: {
-      DatabaseUrlParameterName: {
-        Description: `Put the database URL here as a SecureString under ${alias} (see README, Deploying)`,
-        Value: databaseUrlParameter,
+      [`${name}ParameterName`]: {
+        Description: `Put ${what} here as a SecureString under ${alias} (docs/deploying.md)`,
+        Value: parameter,
       },
-      DatabaseUrlKeyAlias: { Description: 'The KMS key of the database URL parameter', Value: alias },
+      [`${name}KeyAlias`]: { Description: `The KMS key of the ${what} parameter`, Value: alias },
     },
   };
 }
 
-/** The two statements every function needs to read the database URL at cold start, and nothing more. */
-function readDatabaseUrlStatements(databaseUrlParameter) {
-  const arn = parameterArn(databaseUrlParameter);
+/**
+ * The two statements a function needs to read one SecureString at cold start, and nothing more:
+ * GetParameter on its ARN, Decrypt on its key only through SSM and only for that parameter.
+ *
+ * @param {{ name: string, parameter: string }} options `name` (SECURE_PARAMETERS): `DatabaseUrl` →
+ *   statements `ReadDatabaseUrl` and `DecryptDatabaseUrlThroughSsm`, on key `DatabaseUrlKey`
+ */
+function readSecureParameterStatements({ name, parameter }) {
+  const arn = parameterArn(parameter);
   return [
     {
-      Sid: 'ReadDatabaseUrl',
+      Sid: `Read${name}`,
       Effect: 'Allow',
       Action: ['ssm:GetParameter'],
       Resource: [arn],
     },
     {
-      Sid: 'DecryptDatabaseUrlThroughSsm',
+      Sid: `Decrypt${name}ThroughSsm`,
       Effect: 'Allow',
       Action: ['kms:Decrypt'],
-      Resource: [arnOf(DATABASE_URL_KEY)],
+      Resource: [arnOf(keyLogicalId(name))],
       Condition: {
         StringEquals: {
           'kms:ViaService': { 'Fn::Sub': `ssm.\${AWS::Region}.amazonaws.com` },
@@ -129,6 +152,36 @@ function readDatabaseUrlStatements(databaseUrlParameter) {
           'kms:EncryptionContext:PARAMETER_ARN': arn,
         },
       },
+    },
+  ];
+}
+
+/**
+ * What a function in a private network needs so that Lambda can attach it to the stage's subnets:
+ * the EC2 actions of AWS's AWSLambdaVPCAccessExecutionRole (v3) and no others (its log actions
+ * are granted per log group above). The two Describe actions support no resource-level
+ * permissions, so they name `*`; the four that create, delete and address network interfaces are
+ * held to this account and region, the form AWS's Lambda guide gives (naming narrower resources
+ * for DeleteNetworkInterface can leave a function unable to reach the VPC).
+ */
+function privateNetworkStatements() {
+  return [
+    {
+      Sid: 'DescribeNetworkForVpcAccess',
+      Effect: 'Allow',
+      Action: ['ec2:DescribeNetworkInterfaces', 'ec2:DescribeSubnets'],
+      Resource: ['*'],
+    },
+    {
+      Sid: 'ManageNetworkInterfacesForVpcAccess',
+      Effect: 'Allow',
+      Action: [
+        'ec2:CreateNetworkInterface',
+        'ec2:DeleteNetworkInterface',
+        'ec2:AssignPrivateIpAddresses',
+        'ec2:UnassignPrivateIpAddresses',
+      ],
+      Resource: [{ 'Fn::Sub': `arn:\${AWS::Partition}:ec2:\${AWS::Region}:\${AWS::AccountId}:*/*` }],
     },
   ];
 }
@@ -164,10 +217,12 @@ function queueArnByName(name) {
 }
 
 /**
- * @param {{ databaseUrlParameter: string }} options the SSM parameter holding the database URL
+ * @param {{ databaseUrlParameter: string, provisionerTokenParameter?: string, privateNetwork: boolean }} options
+ *   the SSM parameters holding the database URL and (optional) the provisioner's token; whether
+ *   the functions run in the stage's private network
  * @returns {Record<string, object>} an AWS::IAM::Role per function
  */
-function functionRoles({ databaseUrlParameter }) {
+function functionRoles({ databaseUrlParameter, provisionerTokenParameter, privateNetwork }) {
   const resources = {};
   for (const [functionKey, { consumes, sendsTo }] of Object.entries(functionGrants())) {
     const statements = [
@@ -196,7 +251,21 @@ function functionRoles({ databaseUrlParameter }) {
       });
     }
     // Every function uses the database.
-    statements.push(...readDatabaseUrlStatements(databaseUrlParameter));
+    statements.push(
+      ...readSecureParameterStatements({
+        name: SECURE_PARAMETERS.DATABASE_URL,
+        parameter: databaseUrlParameter,
+      }),
+    );
+    if (provisionerTokenParameter && PROVISIONER_CALLERS.includes(functionKey)) {
+      statements.push(
+        ...readSecureParameterStatements({
+          name: SECURE_PARAMETERS.PROVISIONER_TOKEN,
+          parameter: provisionerTokenParameter,
+        }),
+      );
+    }
+    if (privateNetwork) statements.push(...privateNetworkStatements());
     resources[functionRoleLogicalId(functionKey)] = {
       Type: 'AWS::IAM::Role',
       Properties: {
@@ -219,11 +288,68 @@ function functionRoles({ databaseUrlParameter }) {
   return resources;
 }
 
+const PLATFORM_WORKER_POLICY = 'PlatformWorkerPolicy';
+
+/**
+ * The policy the agent platform attaches to its worker's role (output PlatformWorkerPolicyArn):
+ * announce finished runs on run-finished, consume runtime-cleaned, nothing else.
+ *
+ * - No sqs:GetQueueUrl: the worker takes the queue URLs from the stack outputs
+ *   (RunFinishedQueueUrl, RuntimeCleanedQueueUrl) instead of resolving names.
+ * - No sqs:GetQueueAttributes or ChangeMessageVisibility: sending, receiving and deleting need
+ *   neither; a runtime-cleaned message the worker fails to handle comes back after the queue's
+ *   visibility timeout. SendMessageBatch and DeleteMessageBatch are authorised by SendMessage and
+ *   DeleteMessage.
+ * - No KMS: the queues use SQS-managed encryption (queues.cjs), which needs no key permissions.
+ * - No ManagedPolicyName: IAM names are global to the account, and the same stage deployed in a
+ *   second region would collide with the first; CloudFormation names it after the stack.
+ */
+function platformWorkerPolicy({ stage, service }) {
+  const { QueueName } = projectFacts();
+  return {
+    resources: {
+      [PLATFORM_WORKER_POLICY]: {
+        Type: 'AWS::IAM::ManagedPolicy',
+        Properties: {
+          Description: `For the agent platform's worker (${service} ${stage}): send to run-finished, receive and delete on runtime-cleaned`,
+          PolicyDocument: {
+            Version: '2012-10-17',
+            Statement: [
+              {
+                Sid: 'AnnounceFinishedRuns',
+                Effect: 'Allow',
+                Action: ['sqs:SendMessage'],
+                Resource: [queueArnByName(QueueName.RUN_FINISHED)],
+              },
+              {
+                Sid: 'ConsumeRuntimeCleaned',
+                Effect: 'Allow',
+                Action: ['sqs:ReceiveMessage', 'sqs:DeleteMessage'],
+                Resource: [queueArnByName(QueueName.RUNTIME_CLEANED)],
+              },
+            ],
+          },
+        },
+      },
+    },
+    outputs: {
+      PlatformWorkerPolicyArn: {
+        Description:
+          "Attach to the agent platform's worker role: send to run-finished, receive and delete on runtime-cleaned (docs/deploying.md)",
+        Value: { Ref: PLATFORM_WORKER_POLICY },
+      },
+    },
+  };
+}
+
 module.exports = {
   functionRoles,
   functionGrants,
-  databaseUrlKeyResources,
+  secureParameterKeyResources,
+  platformWorkerPolicy,
   parameterArn,
   SENDS,
+  PROVISIONER_CALLERS,
+  SECURE_PARAMETERS,
   DATABASE_URL_KEY,
 };

@@ -44,10 +44,10 @@ function loadProjectFacts() {
         load('functions/adapters/queues.ts'),
         load('functions/adapters/observability.ts'),
         load('functions/release/handler.ts'),
-        load('functions/adapters/backoff.ts'),
+        load('functions/cleanup/backoff.ts'),
         load('functions/adapters/connection-budget.ts'),
         load('functions/adapters/infrastructure.ts'),
-        load('functions/adapters/deferral.ts'),
+        load('functions/cleanup/chain-limits.ts'),
       ]);
     cached = {
       CONFIG_DEFAULTS: config.CONFIG_DEFAULTS,

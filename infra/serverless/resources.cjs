@@ -10,28 +10,58 @@
  */
 const { alarmResources } = require('./alarms.cjs');
 const { dashboardResources } = require('./dashboard.cjs');
-const { databaseUrlKeyResources, functionRoles } = require('./iam.cjs');
-const { queueLogicalId } = require('./names.cjs');
 const {
-  assertTimeoutLadder,
-  effectiveConfiguration,
-  loadProjectFacts,
-  projectFacts,
-} = require('./project.cjs');
+  functionRoles,
+  platformWorkerPolicy,
+  SECURE_PARAMETERS,
+  secureParameterKeyResources,
+} = require('./iam.cjs');
+const { queueLogicalId } = require('./names.cjs');
+const { assertTimeoutLadder, loadProjectFacts, projectFacts } = require('./project.cjs');
 const { queueResources } = require('./queues.cjs');
+const { stageSettings } = require('./stage.cjs');
 
 /** The sweeper and the reclaimer run on a schedule instead of consuming a queue. */
 const SWEEPER = 'sweeper';
 const RECLAIMER = 'reclaimer';
 
-async function deploymentContext(resolveVariable) {
+/**
+ * What every export below is generated from: the stage's settings (stage.cjs: serverless.yml's
+ * params and explicit --param values, never the shell's environment), checked against the
+ * timeout ladder and the connection budget before anything is generated.
+ */
+async function deploymentContext(osls) {
   await loadProjectFacts();
-  const stage = await resolveVariable('sls:stage');
-  const service = await resolveVariable('self:service');
-  const prefix = await resolveVariable('self:custom.queueNamePrefix');
-  const config = effectiveConfiguration(process.env);
-  assertTimeoutLadder(config);
-  return { stage, service, prefix, config };
+  const settings = await stageSettings(osls);
+  assertTimeoutLadder(settings.config);
+  const service = await osls.resolveVariable('self:service');
+  const prefix = await osls.resolveVariable('self:custom.queueNamePrefix');
+  const parameterNames = {
+    databaseUrl: await osls.resolveVariable('self:custom.ssmParameters.databaseUrl'),
+    provisionerUrl: await osls.resolveVariable('self:custom.ssmParameters.provisionerUrl'),
+    provisionerToken: settings.provisionerToken
+      ? await osls.resolveVariable('self:custom.ssmParameters.provisionerToken')
+      : undefined,
+  };
+  return { ...settings, service, prefix, parameterNames };
+}
+
+/**
+ * The environment of the functions that call the provisioner (iam.cjs, PROVISIONER_CALLERS): its URL, a
+ * CloudFormation dynamic reference to an SSM String parameter resolved at deploy time (packaging
+ * needs no AWS access, and the value never lands in the template file or in git; it is an
+ * address, not a credential), and, when the stage enables it, the name of the SecureString that
+ * holds the provisioner's bearer token, read at cold start like the database URL (a token in the
+ * environment would be readable with the function's configuration).
+ */
+async function provisionerEnvironment(osls) {
+  const { parameterNames } = await deploymentContext(osls);
+  return {
+    SANDBOX_PROVISIONER_URL: `{{resolve:ssm:${parameterNames.provisionerUrl}}}`,
+    ...(parameterNames.provisionerToken
+      ? { SANDBOX_PROVISIONER_TOKEN_PARAMETER: parameterNames.provisionerToken }
+      : {}),
+  };
 }
 
 /**
@@ -53,50 +83,56 @@ module.exports = {
    * environment would be readable by anyone allowed lambda:GetFunctionConfiguration, and
    * CloudFormation refuses `ssm-secure` references in Lambda environment variables.
    *
-   * AWS_ENDPOINT_URL_SQS stays unset: unset means real SQS (contract).
+   * AWS_ENDPOINT_URL_SQS stays unset (unset means real SQS, contract) unless the stage names an
+   * awsEndpointUrl: the local stage's LocalStack, which the functions then reach for SQS and SSM
+   * (docs/localstack.md). DATABASE_DRIVER is passed only when the stage sets it (unset: by host).
    */
-  environment: async ({ resolveVariable }) => {
-    const { stage, prefix, config } = await deploymentContext(resolveVariable);
+  environment: async (osls) => {
+    const { stage, prefix, config, logLevel, databaseDriver, awsEndpointUrl, parameterNames } =
+      await deploymentContext(osls);
     const { SERVICE_NAME, METRICS_NAMESPACE } = projectFacts();
     return {
       STAGE: stage,
-      LOG_LEVEL: await resolveVariable('self:custom.logLevel'),
+      LOG_LEVEL: logLevel,
       POWERTOOLS_SERVICE_NAME: SERVICE_NAME,
       POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,
       QUEUE_NAME_PREFIX: prefix,
-      DATABASE_URL_PARAMETER: await resolveVariable('self:custom.ssmParameters.databaseUrl'),
+      DATABASE_URL_PARAMETER: parameterNames.databaseUrl,
       // The effective values, defaults included, so the console shows what the functions run with.
       ...Object.fromEntries(Object.entries(config).map(([name, value]) => [name, String(value)])),
+      ...(databaseDriver ? { DATABASE_DRIVER: databaseDriver } : {}),
+      ...(awsEndpointUrl
+        ? { AWS_ENDPOINT_URL_SQS: awsEndpointUrl, AWS_ENDPOINT_URL_SSM: awsEndpointUrl }
+        : {}),
     };
   },
 
+  /** `provider.architecture`: the stage's, validated (osls only warns about a wrong one). */
+  architecture: async (osls) => (await deploymentContext(osls)).architecture,
+
   /**
-   * Only the release function calls the provisioner, so only it gets SANDBOX_PROVISIONER_URL: a
-   * CloudFormation dynamic reference to an SSM String parameter, resolved at deploy time (packaging
-   * needs no AWS access, and the value never lands in the template file or in git). It is an
-   * address, not a credential; put a token in it and it becomes readable with the function's
-   * configuration, like any environment variable.
+   * `provider.vpc`: the stage's private network, or null (serverless.yml falls back to null, and
+   * osls then writes no VpcConfig at all). The roles get the network-interface permissions it
+   * needs (iam.cjs).
    */
-  releaseEnvironment: async ({ resolveVariable }) => {
-    await deploymentContext(resolveVariable);
-    const provisionerUrlParameter = await resolveVariable('self:custom.ssmParameters.provisionerUrl');
-    return { SANDBOX_PROVISIONER_URL: `{{resolve:ssm:${provisionerUrlParameter}}}` };
+  vpc: async (osls) => {
+    const { privateNetwork } = await deploymentContext(osls);
+    return privateNetwork ?? null;
   },
 
-  /** The reclaimer lists and deletes at the same provisioner as release: the same parameter. */
-  reclaimerEnvironment: async ({ resolveVariable }) => {
-    await deploymentContext(resolveVariable);
-    const provisionerUrlParameter = await resolveVariable('self:custom.ssmParameters.provisionerUrl');
-    return { SANDBOX_PROVISIONER_URL: `{{resolve:ssm:${provisionerUrlParameter}}}` };
-  },
+  /** Release deletes at the provisioner: provisionerEnvironment above. */
+  releaseEnvironment: provisionerEnvironment,
+
+  /** The reclaimer lists and deletes at the same provisioner as release: the same parameters. */
+  reclaimerEnvironment: provisionerEnvironment,
 
   /**
    * The reclaimer's invocation settings, for the sweeper's reasons: one instance (two would race
    * each other's streaks and double the provisioner's load), no retries (the next run is the
    * retry), no run older than one interval.
    */
-  reclaimerInvocation: async ({ resolveVariable }) => {
-    const { config } = await deploymentContext(resolveVariable);
+  reclaimerInvocation: async (osls) => {
+    const { config } = await deploymentContext(osls);
     const { FUNCTION_DEFINITIONS } = projectFacts();
     return {
       reservedConcurrency: FUNCTION_DEFINITIONS[RECLAIMER].reservedConcurrency,
@@ -112,8 +148,8 @@ module.exports = {
    * the same reason (60 s is Lambda's minimum). One instance at a time (reserved concurrency from
    * infra/queues.json) also bounds its database connections.
    */
-  sweeperInvocation: async ({ resolveVariable }) => {
-    const { config } = await deploymentContext(resolveVariable);
+  sweeperInvocation: async (osls) => {
+    const { config } = await deploymentContext(osls);
     const { FUNCTION_DEFINITIONS } = projectFacts();
     return {
       reservedConcurrency: FUNCTION_DEFINITIONS[SWEEPER].reservedConcurrency,
@@ -123,8 +159,8 @@ module.exports = {
   },
 
   /** Each function's event sources: its queue from queues.json, or the sweeper's schedule. */
-  events: async ({ resolveVariable }) => {
-    const { config } = await deploymentContext(resolveVariable);
+  events: async (osls) => {
+    const { config } = await deploymentContext(osls);
     const { QUEUE_DEFINITIONS, FUNCTION_DEFINITIONS } = projectFacts();
     const events = Object.fromEntries(Object.keys(FUNCTION_DEFINITIONS).map((key) => [key, []]));
     for (const [name, queue] of Object.entries(QUEUE_DEFINITIONS)) {
@@ -170,28 +206,53 @@ module.exports = {
   },
 
   /**
-   * The queues, the database URL's key, the roles, alarms and dashboard, with outputs for
-   * producers and operators.
+   * The queues, the keys of the SecureString parameters, the roles, the platform's policy, alarms
+   * and dashboard, with outputs for producers and operators.
    */
-  resources: async ({ resolveVariable }) => {
-    const { stage, service, prefix, config } = await deploymentContext(resolveVariable);
-    const databaseUrlParameter = await resolveVariable('self:custom.ssmParameters.databaseUrl');
-    const alarmSubscription = await resolveVariable('self:custom.alarmSubscription');
+  resources: async (osls) => {
+    const { stage, service, prefix, config, parameterNames, privateNetwork, alarmSubscription } =
+      await deploymentContext(osls);
     const queues = queueResources({ prefix });
-    const key = databaseUrlKeyResources({ stage, service, databaseUrlParameter });
+    const secrets = [
+      secureParameterKeyResources({
+        name: SECURE_PARAMETERS.DATABASE_URL,
+        parameter: parameterNames.databaseUrl,
+        what: 'the database URL',
+        stage,
+        service,
+      }),
+      ...(parameterNames.provisionerToken
+        ? [
+            secureParameterKeyResources({
+              name: SECURE_PARAMETERS.PROVISIONER_TOKEN,
+              parameter: parameterNames.provisionerToken,
+              what: "the sandbox provisioner's bearer token",
+              stage,
+              service,
+            }),
+          ]
+        : []),
+    ];
+    const platform = platformWorkerPolicy({ stage, service });
     const alarms = alarmResources({ stage, service, config, subscription: alarmSubscription });
     const dashboard = dashboardResources({ stage, service, alarmLogicalIds: alarms.alarmLogicalIds });
     return {
       Resources: {
         ...queues.resources,
-        ...key.resources,
-        ...functionRoles({ databaseUrlParameter }),
+        ...Object.assign({}, ...secrets.map((secret) => secret.resources)),
+        ...functionRoles({
+          databaseUrlParameter: parameterNames.databaseUrl,
+          provisionerTokenParameter: parameterNames.provisionerToken,
+          privateNetwork: privateNetwork !== undefined,
+        }),
+        ...platform.resources,
         ...alarms.resources,
         ...dashboard,
       },
       Outputs: {
         ...queues.outputs,
-        ...key.outputs,
+        ...Object.assign({}, ...secrets.map((secret) => secret.outputs)),
+        ...platform.outputs,
         ...alarms.outputs,
         DashboardName: { Description: 'The CloudWatch dashboard of this stage', Value: { Ref: 'Dashboard' } },
       },

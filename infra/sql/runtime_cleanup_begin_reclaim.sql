@@ -5,14 +5,22 @@
 -- or records the delete in flight:
 --   * on every naming scope's sandbox_runtimes row (delete_in_flight_*): runtime_cleanup_blocked
 --     then refuses admission and force-clear refuses, exactly as for a release;
---   * on the sighting (reclaim_in_flight_until): the trigger sandbox_runtimes_refuse_reclaimed
---     refuses a platform recording this sandbox id for a scope that did not name it before.
+--   * on the sighting (reclaim_in_flight_until), and in the attempt's tombstone
+--     (runtime_reclaim_tombstones, one row per attempt): the trigger sandbox_runtimes_refuse_reclaimed
+--     refuses a platform recording this sandbox id. The tombstone is laid here, before the DELETE,
+--     so that no failure after the DELETE (the end statement lost to a database restart) can leave
+--     the deleted container recordable; runtime_cleanup_end_reclaim shortens or ends it.
 -- The locks end with the statement, never held across the DELETE.
 --
 -- READ COMMITTED is required (runtime_cleanup_require_read_committed), as for every decision: the
 -- re-reads after the locks must each see what the locks' previous holders committed, which a
--- REPEATABLE READ snapshot taken when the call began would not. An autocommit statement under the
--- default level is READ COMMITTED.
+-- REPEATABLE READ snapshot taken when the call began would not (a run the platform admitted while the
+-- guard waited for the scope's lock would go unseen). The reclaimer sends it in the same
+-- one-round-trip READ COMMITTED transaction as the release guard (Database.transact).
+--
+-- The grace and the hold are never below the deployment's settings of record
+-- (runtime_cleanup_setting_of_record): an operator's `ops reclaim` from a shell with shorter values
+-- acts no more eagerly than the deployed reclaimer.
 --
 -- Verdicts:
 --   not_sighted       the sighting is gone or younger than the grace (another reclaimer acted, or
@@ -22,25 +30,33 @@
 --   scope_active | scope_fenced | delete_in_flight | scope_recent   (runtime_reclaim_scope_hold)
 --   proceed           the DELETE may be sent; in_flight_until says until when it may act
 --
--- p_generation: the generation the DELETE will name (recorded on the rows for operators).
+-- p_generation: the generation the DELETE will name (recorded on the rows for operators);
+-- p_generation_listed: the listing gave it (only then is a record of that generation known to name
+-- the deleted container once the hold is over).
 CREATE OR REPLACE FUNCTION runtime_cleanup_begin_reclaim(
   p_sandbox_id text,
   p_generation bigint,
+  p_generation_listed boolean,
   p_grace_seconds double precision,
   p_hold_seconds double precision,
   p_token text,
   p_lock_timeout_ms integer
-) RETURNS TABLE (verdict text, uid text, runtime_scope_id text, in_flight_until timestamptz)
+) RETURNS TABLE (verdict text, uid text, runtime_scope_id text, in_flight_until timestamptz,
+                 grace_seconds double precision, hold_seconds double precision)
   LANGUAGE plpgsql VOLATILE
   AS $$
   DECLARE
     locked text[] := ARRAY[]::text[];
     owner record;
     hold text;
+    grace double precision;
+    hold_for double precision;
     new_until timestamptz;
   BEGIN
     PERFORM runtime_cleanup_require_read_committed();
     PERFORM set_config('lock_timeout', p_lock_timeout_ms::text, true);
+    grace := runtime_cleanup_setting_of_record('reclaim_grace_seconds', p_grace_seconds);
+    hold_for := runtime_cleanup_setting_of_record('reclaim_hold_seconds', p_hold_seconds);
 
     FOR owner IN
       SELECT s.uid, s.runtime_scope_id FROM sandbox_runtimes s
@@ -57,16 +73,16 @@ CREATE OR REPLACE FUNCTION runtime_cleanup_begin_reclaim(
       WHERE (s.sandbox_id = p_sandbox_id OR s.delete_in_flight_sandbox_id = p_sandbox_id)
         AND NOT ((length(s.uid)::text || ':' || s.uid || ':' || s.runtime_scope_id) = ANY (locked))
     ) THEN
-      RETURN QUERY SELECT 'owner_changed'::text, NULL::text, NULL::text, NULL::timestamptz;
+      RETURN QUERY SELECT 'owner_changed'::text, NULL::text, NULL::text, NULL::timestamptz, grace, hold_for;
       RETURN;
     END IF;
 
     PERFORM 1 FROM runtime_reclaim_sightings g
       WHERE g.sandbox_id = p_sandbox_id
-        AND g.first_seen_at <= clock_timestamp() - make_interval(secs => p_grace_seconds)
+        AND g.first_seen_at <= clock_timestamp() - make_interval(secs => grace)
       FOR UPDATE;
     IF NOT FOUND THEN
-      RETURN QUERY SELECT 'not_sighted'::text, NULL::text, NULL::text, NULL::timestamptz;
+      RETURN QUERY SELECT 'not_sighted'::text, NULL::text, NULL::text, NULL::timestamptz, grace, hold_for;
       RETURN;
     END IF;
     -- Another reclaim's DELETE of this id may still act (the schedule and `ops reclaim --yes`, or
@@ -74,7 +90,7 @@ CREATE OR REPLACE FUNCTION runtime_cleanup_begin_reclaim(
     -- this one's end clear its.
     IF EXISTS (SELECT 1 FROM runtime_reclaim_sightings g
                WHERE g.sandbox_id = p_sandbox_id AND g.reclaim_in_flight_until > clock_timestamp()) THEN
-      RETURN QUERY SELECT 'delete_in_flight'::text, NULL::text, NULL::text, NULL::timestamptz;
+      RETURN QUERY SELECT 'delete_in_flight'::text, NULL::text, NULL::text, NULL::timestamptz, grace, hold_for;
       RETURN;
     END IF;
 
@@ -83,14 +99,14 @@ CREATE OR REPLACE FUNCTION runtime_cleanup_begin_reclaim(
       WHERE s.sandbox_id = p_sandbox_id OR s.delete_in_flight_sandbox_id = p_sandbox_id
       ORDER BY s.uid, s.runtime_scope_id
     LOOP
-      hold := runtime_reclaim_scope_hold(owner.uid, owner.runtime_scope_id, p_grace_seconds);
+      hold := runtime_reclaim_scope_hold(owner.uid, owner.runtime_scope_id, grace);
       IF hold IS NOT NULL THEN
-        RETURN QUERY SELECT hold, owner.uid, owner.runtime_scope_id, NULL::timestamptz;
+        RETURN QUERY SELECT hold, owner.uid, owner.runtime_scope_id, NULL::timestamptz, grace, hold_for;
         RETURN;
       END IF;
     END LOOP;
 
-    new_until := clock_timestamp() + make_interval(secs => p_hold_seconds);
+    new_until := clock_timestamp() + make_interval(secs => hold_for);
     UPDATE sandbox_runtimes s
       SET delete_in_flight_until = greatest(new_until, s.delete_in_flight_until),
           delete_in_flight_token = p_token,
@@ -101,6 +117,15 @@ CREATE OR REPLACE FUNCTION runtime_cleanup_begin_reclaim(
     UPDATE runtime_reclaim_sightings g
       SET reclaim_in_flight_until = new_until, reclaim_in_flight_token = p_token
       WHERE g.sandbox_id = p_sandbox_id;
-    RETURN QUERY SELECT 'proceed'::text, NULL::text, NULL::text, new_until;
+    DELETE FROM runtime_reclaim_tombstones t
+      WHERE greatest(t.expires_at, t.refuse_all_until) <= clock_timestamp();
+    INSERT INTO runtime_reclaim_tombstones (sandbox_id, token, reclaimed_generation, reclaimed_at, refuse_all_until, expires_at)
+      VALUES (p_sandbox_id, p_token,
+              CASE WHEN p_generation_listed THEN p_generation END,
+              now(), new_until,
+              CASE WHEN p_generation_listed
+                   THEN greatest(new_until, clock_timestamp() + make_interval(secs => grace))
+                   ELSE new_until END);
+    RETURN QUERY SELECT 'proceed'::text, NULL::text, NULL::text, new_until, grace, hold_for;
   END
   $$;

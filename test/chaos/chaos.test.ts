@@ -63,6 +63,7 @@ beforeAll(async () => {
       runs: COVERAGE_CYCLE.length,
       concurrency: Math.ceil(COVERAGE_CYCLE.length / 2),
       databaseUrl: url.toString(),
+      driver: t.driver,
       wsProxy: t.wsProxy,
       dataDir,
       coverage: true,

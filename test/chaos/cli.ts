@@ -16,6 +16,7 @@ import { redactSecrets } from '../../functions/adapters/redact.ts';
 import { startDatabaseBridge } from '../../infra/local/db-bridge.ts';
 import { startEmbeddedPostgres } from '../../infra/local/embedded-postgres.ts';
 import { startupFailureText } from '../../infra/local/errors.ts';
+import { suiteDriver } from '../support/suite-driver.ts';
 import { CHAOS_HELP, ChaosExitCode, parseChaosCommandLine } from './cli-options.ts';
 import { runChaos } from './engine.ts';
 import { Invariant } from './invariants.ts';
@@ -76,8 +77,10 @@ async function main(): Promise<number> {
     }
     const bridge = await startDatabaseBridge();
     cleanups.push(() => bridge.close());
+    const driver = suiteDriver();
     const admin = await openDatabase({
       url: adminUrl,
+      driver,
       wsProxy: bridge.address,
       maxConnections: 1,
       lockTimeoutMs: 10_000,
@@ -99,6 +102,7 @@ async function main(): Promise<number> {
       runs,
       concurrency,
       databaseUrl: url.toString(),
+      driver,
       wsProxy: bridge.address,
       dataDir: join(scratch, 'stack'),
       coverage,

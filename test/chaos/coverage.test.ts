@@ -33,6 +33,7 @@ beforeAll(async () => {
       runs: COVERAGE_CYCLE.length,
       concurrency: Math.ceil(COVERAGE_CYCLE.length / 2),
       databaseUrl: t.url,
+      driver: t.driver,
       wsProxy: t.wsProxy,
       dataDir,
       coverage: true,

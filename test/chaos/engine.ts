@@ -16,6 +16,7 @@ import { fileURLToPath } from 'node:url';
 import fc from 'fast-check';
 import { loadConfig } from '../../functions/adapters/config.ts';
 import { type Database, openDatabase } from '../../functions/adapters/database.ts';
+import type { DatabaseDriver } from '../../functions/adapters/database-driver.ts';
 import { createQueues } from '../../functions/adapters/queues.ts';
 import { PlatformSimulator } from '../../infra/local/platform.ts';
 import { type Stack, startStack } from '../../infra/local/stack.ts';
@@ -55,6 +56,9 @@ export interface ChaosOptions {
   concurrency: number;
   /** A database the engine may migrate, instrument and fill (it is not dropped here). */
   databaseUrl: string;
+  /** The driver of the stack, the harness's pools and the storm worker. */
+  driver: DatabaseDriver;
+  /** The WebSocket bridge, for the `neon` driver. */
   wsProxy: string;
   dataDir: string;
   mix?: FaultMix;
@@ -100,12 +104,18 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
   const messages = new MessageLog();
   const stackErrors = new Map<string, number>();
   const harnessErrors: string[] = [];
-  const env = { ...CHAOS_ENV, ...(options.reclaim ? RECLAIM_CHAOS_ENV : {}), ...options.env };
+  const env = {
+    ...CHAOS_ENV,
+    DATABASE_DRIVER: options.driver,
+    ...(options.reclaim ? RECLAIM_CHAOS_ENV : {}),
+    ...options.env,
+  };
 
   const pools: Database[] = [];
   const open = async (name: string, max: number, lockTimeoutMs: number) => {
     const db = await openDatabase({
       url: withApplicationName(options.databaseUrl, name),
+      driver: options.driver,
       wsProxy: options.wsProxy,
       maxConnections: max,
       lockTimeoutMs,
@@ -231,6 +241,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
           ...process.env,
           STORM_DATABASE_URL: withApplicationName(options.databaseUrl, STORM_WORKER_APPLICATION_NAME),
           STORM_SEED_URL: withApplicationName(options.databaseUrl, 'chaos-storm-seed'),
+          STORM_DRIVER: options.driver,
           STORM_WS_PROXY: options.wsProxy,
           STORM_WORKERS: '30',
           STORM_FRESH_WORKERS: '6',

@@ -30,6 +30,7 @@ async function pool(applicationName: string): Promise<Database> {
   url.searchParams.set('application_name', applicationName);
   const db = await openDatabase({
     url: url.toString(),
+    driver: t.driver,
     wsProxy: t.wsProxy,
     maxConnections: 2,
     lockTimeoutMs: 2_000,

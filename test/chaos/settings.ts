@@ -3,7 +3,7 @@
  * timeouts, the timeouts the faults are placed around, and the convergence bound the suite
  * holds the cleanup to.
  */
-import { deleteInFlightSeconds } from '../../functions/cleanup/release-guard.ts';
+import { deleteInFlightSeconds } from '../../functions/cleanup/guarded-delete.ts';
 import type { Timeouts } from './plan.ts';
 
 /** The stack's database connections carry this name; terminations and the probe key on it. */
@@ -43,15 +43,16 @@ const seconds = (name: keyof typeof CHAOS_ENV) => Number(CHAOS_ENV[name]);
 
 /**
  * How long a scope stays quarantined after a DELETE that may still act: the release guard's
- * in-flight record runs from the guard for the whole release bound, the provisioner's delete
- * timeout and DELETE_IN_FLIGHT_MARGIN_SECONDS (`deleteInFlightSeconds`, the formula the release
- * handler itself uses), and finalize defers (F9, `delete_in_flight`) until it has ended. A release
- * that ended without an answer cuts it to "now + delete timeout + margin", never past that
- * deadline. 3 + 1 + 10 = 14 s here.
+ * in-flight record runs from the guard for the whole release bound, the guard's own lock wait,
+ * the provisioner's delete timeout and DELETE_IN_FLIGHT_MARGIN_SECONDS (`deleteInFlightSeconds`,
+ * the formula the one delete path itself uses), and finalize defers (F9, `delete_in_flight`) until
+ * it has ended. A release that ended without an answer cuts it to "now + delete timeout + margin",
+ * never past that deadline. 3 + 0.5 + 1 + 10 = 14.5 s here.
  */
 export const QUARANTINE_SECONDS = deleteInFlightSeconds(
   seconds('SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS') * 1000,
   seconds('SANDBOX_PROVISIONER_DELETE_TIMEOUT_SECONDS'),
+  Number(CHAOS_ENV.DATABASE_LOCK_TIMEOUT_MS),
 );
 
 /**
@@ -69,7 +70,7 @@ export const CHAIN_ON_A_LOADED_MACHINE_SECONDS = 5;
  *
  * - the longest timer, whichever applies (they run side by side, they do not add up):
  *   - the delete-in-flight quarantine of an attempt that was under way when the faults stopped
- *     (a hang, a reset, a 5xx, a timeout): QUARANTINE_SECONDS = 14 s;
+ *     (a hang, a reset, a 5xx, a timeout): QUARANTINE_SECONDS = 14.5 s;
  *   - a message lost in flight (a crash, a dropped acknowledgement) reappears after its queue's
  *     visibility timeout: at most max(CHAOS_VISIBILITY_SECONDS) = 8 s;
  *   - a dead-lettered one is announced again by the sweeper within FENCE_SWEEP_AFTER + one
@@ -81,7 +82,7 @@ export const CHAIN_ON_A_LOADED_MACHINE_SECONDS = 5;
  *   always waiting);
  * - two chains: the one that clears, and one restart at phase 1 after an identity change.
  *
- *   bound = max(14, 8, 5) + 2 + 2 × 5 = 26 s
+ *   bound = max(14.5, 8, 5) + 2 + 2 × 5 = 26.5 s
  *
  * The earlier bound (20 s = 8 + 2 + 2 × 5) predates the quarantine: finalize only waits for it
  * since F9 (migration 008), and the derivation was not revisited. Runs then measured the

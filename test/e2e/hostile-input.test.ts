@@ -290,6 +290,8 @@ describe('hostile sandbox ids at the provisioner', () => {
     const client = new ProvisionerClient(fixture.stack.provisionerUrl);
     const provisioner = fixture.stack.provisioner!;
     try {
+      // Its base URL verified up front (a listing): the 404s below then cost no listing each.
+      await client.listSandboxes({ timeoutMs: 5_000 });
       await fc.assert(
         fc.asyncProperty(
           fc.oneof(

@@ -117,7 +117,7 @@ describe('a DATABASE_URL that is not PostgreSQL', () => {
 
 describe('loopback, however it is spelled', () => {
   it.each(['LOCALHOST', 'localhost', '127.1', '127.0.0.1'])(
-    'DATABASE_URL with host %s goes through the in-process bridge and works',
+    'DATABASE_URL with host %s works (under the neon driver: through the in-process bridge)',
     async (host) => {
       const url = new URL(t.url);
       if (!['127.0.0.1', 'localhost'].includes(url.hostname)) return; // a pooler run: the host is not ours to respell

@@ -12,8 +12,26 @@ import { describe, expect, inject, it } from 'vitest';
 import { type ChildRun, runChild } from '../support/child-process.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const SCRIPTS = ['test', 'test:unit', 'test:integration', 'test:e2e', 'test:chaos'] as const;
-const TIERS = { 'test:unit': 1, 'test:integration': 1, 'test:e2e': 1, 'test:chaos': 1, test: 4 } as const;
+const SCRIPTS = [
+  'test',
+  'test:unit',
+  'test:integration',
+  'test:e2e',
+  'test:chaos',
+  'test:platform',
+  'test:tcp',
+] as const;
+// `npm test` runs four tiers: the platform tier (Debian's FastAPI) only through its own script.
+const TIERS = {
+  'test:unit': 1,
+  'test:integration': 1,
+  'test:e2e': 1,
+  'test:chaos': 1,
+  'test:platform': 1,
+  // Integration and e2e over the tcp driver.
+  'test:tcp': 2,
+  test: 4,
+} as const;
 const CHILD_TIMEOUT_MS = 120_000;
 
 type Mode = 'embedded PostgreSQL' | 'DATABASE_URL';

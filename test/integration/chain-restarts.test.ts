@@ -1,7 +1,6 @@
 import type { SQSEvent } from 'aws-lambda';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { loadConfig } from '../../functions/adapters/config.ts';
-import { MAX_RESTARTS, RESTARTS_ATTRIBUTE } from '../../functions/adapters/deferral.ts';
 import { createTelemetry } from '../../functions/adapters/observability.ts';
 import {
   deadLetterQueueName,
@@ -9,6 +8,7 @@ import {
   type Queues,
   type SendOptions,
 } from '../../functions/adapters/queues.ts';
+import { MAX_RESTARTS, RESTARTS_ATTRIBUTE } from '../../functions/cleanup/chain-limits.ts';
 import { ErrorCode } from '../../functions/cleanup/errors.ts';
 import { composeFenceCheck } from '../../functions/fence-check/handler.ts';
 import { composeFinalize } from '../../functions/finalize/handler.ts';
@@ -26,7 +26,7 @@ import { testInfrastructure } from '../support/infrastructure.ts';
 import { sqsRecord } from '../support/sqs-record.ts';
 
 /**
- * Restarts of the chain at phase 1 are counted, delayed and bounded (deferral.ts, MAX_RESTARTS).
+ * Restarts of the chain at phase 1 are counted, delayed and bounded (chain-limits.ts, MAX_RESTARTS).
  * They used to be sent at once and without a count, so a disagreement that persists was a hot
  * loop with one provisioner DELETE per lap and no end (in AWS, only Lambda's recursive-loop
  * detection stopped it, dropping the message without a dead letter).

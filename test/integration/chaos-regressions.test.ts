@@ -32,6 +32,7 @@ describe('chaos regressions', () => {
     url.searchParams.set('application_name', 'chaos-regression-victim');
     const victim = await openDatabase({
       url: url.toString(),
+      driver: t.driver,
       wsProxy: t.wsProxy,
       maxConnections: 2,
       lockTimeoutMs: 1_000,

@@ -5,6 +5,7 @@ import type { Context, SQSEvent } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../functions/adapters/config.ts';
 import { type Database, openDatabase } from '../../functions/adapters/database.ts';
+import { DATABASE_DRIVERS, DatabaseDriver } from '../../functions/adapters/database-driver.ts';
 import { DatabaseUnavailableError } from '../../functions/adapters/errors.ts';
 import { createTelemetry } from '../../functions/adapters/observability.ts';
 import { QueueName } from '../../functions/adapters/queues.ts';
@@ -28,6 +29,8 @@ import {
  * storm runs against a CHILD process, so that a crash is seen as what it is in Lambda: the process
  * dying. Hangs are modelled by real TCP servers that accept and never answer, and by a proxy in
  * front of the real PostgreSQL that turns one connection into a black hole mid-transaction.
+ * Every property is proven over both drivers in every run (an RDS failover or reboot ends sessions
+ * the same way: 57P01, or a socket that closes).
  */
 const fixture = useDatabaseFixture();
 const sqsFixture = useSqsFixture();
@@ -155,103 +158,267 @@ async function runStormChild(
   return { code, signal, stdout, stderr, storm };
 }
 
-describe('a storm of terminated backends', () => {
-  it('never crashes the process: 30 workers on 30+ connections, backends killed at every moment of their life', async () => {
-    const { t } = fixture;
-    const applicationName = `storm-${process.pid}-${Date.now()}`;
-    const victimUrl = new URL(t.url);
-    victimUrl.searchParams.set('application_name', applicationName);
-    const run = await runStormChild(t.db, {
-      STORM_DATABASE_URL: victimUrl.toString(),
-      STORM_SEED_URL: t.url,
-      STORM_WS_PROXY: t.wsProxy,
-      STORM_APPLICATION_NAME: applicationName,
-      STORM_WORKERS: '30',
-      STORM_FRESH_WORKERS: '6',
-      // The parent ends the work (SIGTERM) when the storm is done; these only bound it.
-      STORM_DURATION_MS: String(STORM_MAX_MS),
-      STORM_MAX_MS: String(STORM_MAX_MS + 15_000),
-      STORM_MIN_SUCCEEDED: '100',
-    });
+async function expectConnectTimeout(db: Database, run: () => Promise<unknown>, connectTimeoutMs: number) {
+  // Timed from before run(): its synchronous part already starts the connect timer, and on a
+  // loaded machine that part alone has taken longer than the 5 ms of slack below.
+  const before = performance.now();
+  const { error } = await failureOf(run());
+  const elapsedMs = performance.now() - before;
+  expect(error).toBeInstanceOf(DatabaseUnavailableError);
+  const failure = error as DatabaseUnavailableError;
+  expect(failure.retryable).toBe(true);
+  expect(failure.details).toMatchObject({ timeout: 'connect', timeoutMs: connectTimeoutMs });
+  expect(failure.message).toMatch(/connect timed out/);
+  // Within the bound, and not retried in-process (a retry would double it).
+  expect(elapsedMs).toBeGreaterThanOrEqual(connectTimeoutMs - 5);
+  expect(elapsedMs).toBeLessThan(connectTimeoutMs + 700);
+  expect(db.stats.reconnects).toBe(0);
+}
 
-    // The child lived to the end and said so; a crash is a non-zero exit with the error on stderr.
-    expect({ code: run.code, signal: run.signal, stderr: run.stderr.slice(-3000) }).toEqual({
-      code: 0,
-      signal: null,
-      stderr: '',
-    });
-    const summary = JSON.parse(run.stdout.trim().split('\n').at(-1)!) as StormSummary;
-    // Every operation either succeeded or failed with DatabaseUnavailableError: nothing else.
-    expect(summary.unexpected).toEqual([]);
-    expect(summary.operations).toBe(summary.succeeded + summary.unavailable);
-    // Enough work for the storm to meet (about 5,000 operations here on a quiet machine).
-    expect(summary.succeeded).toBeGreaterThanOrEqual(100);
-    // A lost connection is retried once on a fresh one, and that is what most of them heal by.
-    expect(summary.retries).toBeGreaterThan(0);
-    // The storm hit every moment of a connection's life, many times over.
-    const kills = run.storm.kills;
-    const killed = Object.values(kills).reduce((sum, count) => sum + count, 0);
-    expect(killed, JSON.stringify(kills)).toBeGreaterThanOrEqual(STORM_MIN_KILLS);
-    for (const target of Object.values(StormTarget)) {
-      expect(kills[target], `${target}: ${JSON.stringify(kills)}`).toBeGreaterThan(0);
-    }
-  }, 150_000);
-});
+describe.each(DATABASE_DRIVERS)('over the %s driver', (driver) => {
+  describe('a storm of terminated backends', () => {
+    it('never crashes the process: 30 workers on 30+ connections, backends killed at every moment of their life', async () => {
+      const { t } = fixture;
+      const applicationName = `storm-${process.pid}-${Date.now()}`;
+      const victimUrl = new URL(t.url);
+      victimUrl.searchParams.set('application_name', applicationName);
+      const run = await runStormChild(t.db, {
+        STORM_DATABASE_URL: victimUrl.toString(),
+        STORM_SEED_URL: t.url,
+        STORM_DRIVER: driver,
+        STORM_WS_PROXY: t.wsProxy,
+        STORM_APPLICATION_NAME: applicationName,
+        STORM_WORKERS: '30',
+        STORM_FRESH_WORKERS: '6',
+        // The parent ends the work (SIGTERM) when the storm is done; these only bound it.
+        STORM_DURATION_MS: String(STORM_MAX_MS),
+        STORM_MAX_MS: String(STORM_MAX_MS + 15_000),
+        STORM_MIN_SUCCEEDED: '100',
+      });
 
-describe('plain queries on a lost connection', () => {
-  /**
-   * Runs the statement `run` is given so that it is certainly in flight when its backend is
-   * terminated: it waits for an advisory lock this test holds; the backend is terminated while it
-   * waits, and the lock is released right after, so a statement sent again then answers.
-   */
-  async function terminatedMidStatement(
-    run: (statement: string) => Promise<{ rows: Array<Record<string, unknown>> }>,
-  ): Promise<{ rows?: Array<Record<string, unknown>>; error?: unknown }> {
-    const { t } = fixture;
-    const key = 1 + Math.floor(Math.random() * 1e9);
-    const statement = `SELECT pg_advisory_xact_lock(${key}::bigint), 'victim-${key}'::text AS marker`;
-    let outcome: Promise<{ rows?: Array<Record<string, unknown>>; error?: unknown }> | undefined;
-    await t.db.withTransaction(async (tx) => {
-      await tx.query('SELECT pg_advisory_xact_lock($1::bigint)', [key]);
-      outcome = run(statement).then(
-        (result) => ({ rows: result.rows }),
-        (error: unknown) => ({ error }),
-      );
-      for (;;) {
-        // pg_stat_activity is read once per transaction unless the snapshot is cleared.
-        await tx.query('SELECT pg_stat_clear_snapshot()');
-        const { rows } = await tx.query<{ terminated: boolean }>(
-          `SELECT pg_terminate_backend(pid) AS terminated FROM pg_stat_activity
-           WHERE wait_event_type = 'Lock' AND query LIKE $1::text AND pid <> pg_backend_pid()`,
-          [`%victim-${key}%`],
+      // The child lived to the end and said so; a crash is a non-zero exit with the error on stderr.
+      expect({ code: run.code, signal: run.signal, stderr: run.stderr.slice(-3000) }).toEqual({
+        code: 0,
+        signal: null,
+        stderr: '',
+      });
+      const summary = JSON.parse(run.stdout.trim().split('\n').at(-1)!) as StormSummary;
+      // Every operation either succeeded or failed with DatabaseUnavailableError: nothing else.
+      expect(summary.unexpected).toEqual([]);
+      expect(summary.operations).toBe(summary.succeeded + summary.unavailable);
+      // Enough work for the storm to meet (about 5,000 operations here on a quiet machine).
+      expect(summary.succeeded).toBeGreaterThanOrEqual(100);
+      // A lost connection is retried once on a fresh one, and that is what most of them heal by.
+      expect(summary.retries).toBeGreaterThan(0);
+      // The storm hit every moment of a connection's life, many times over.
+      const kills = run.storm.kills;
+      const killed = Object.values(kills).reduce((sum, count) => sum + count, 0);
+      expect(killed, JSON.stringify(kills)).toBeGreaterThanOrEqual(STORM_MIN_KILLS);
+      for (const target of Object.values(StormTarget)) {
+        expect(kills[target], `${target}: ${JSON.stringify(kills)}`).toBeGreaterThan(0);
+      }
+    }, 150_000);
+  });
+
+  describe('plain queries on a lost connection', () => {
+    /**
+     * Runs the statement `run` is given so that it is certainly in flight when its backend is
+     * terminated: it waits for an advisory lock this test holds; the backend is terminated while it
+     * waits, and the lock is released right after, so a statement sent again then answers.
+     */
+    async function terminatedMidStatement(
+      run: (statement: string) => Promise<{ rows: Array<Record<string, unknown>> }>,
+    ): Promise<{ rows?: Array<Record<string, unknown>>; error?: unknown }> {
+      const { t } = fixture;
+      const key = 1 + Math.floor(Math.random() * 1e9);
+      const statement = `SELECT pg_advisory_xact_lock(${key}::bigint), 'victim-${key}'::text AS marker`;
+      let outcome: Promise<{ rows?: Array<Record<string, unknown>>; error?: unknown }> | undefined;
+      await t.db.withTransaction(async (tx) => {
+        await tx.query('SELECT pg_advisory_xact_lock($1::bigint)', [key]);
+        outcome = run(statement).then(
+          (result) => ({ rows: result.rows }),
+          (error: unknown) => ({ error }),
         );
-        if (rows.some((row) => row.terminated)) break;
-        await new Promise((resolve) => setTimeout(resolve, 10));
+        for (;;) {
+          // pg_stat_activity is read once per transaction unless the snapshot is cleared.
+          await tx.query('SELECT pg_stat_clear_snapshot()');
+          const { rows } = await tx.query<{ terminated: boolean }>(
+            `SELECT pg_terminate_backend(pid) AS terminated FROM pg_stat_activity
+           WHERE wait_event_type = 'Lock' AND query LIKE $1::text AND pid <> pg_backend_pid()`,
+            [`%victim-${key}%`],
+          );
+          if (rows.some((row) => row.terminated)) break;
+          await new Promise((resolve) => setTimeout(resolve, 10));
+        }
+      });
+      return outcome!;
+    }
+
+    it('db.query sends the statement once more on a fresh connection, and it answers', async () => {
+      const victim = await fixture.t.connect({ maxConnections: 1, driver });
+      const outcome = await terminatedMidStatement((statement) => victim.query(statement));
+      expect(outcome.error).toBeUndefined();
+      expect(outcome.rows).toHaveLength(1);
+      expect(victim.stats.reconnects).toBe(1);
+    });
+
+    it('db.queryOnce (for writes that must not run twice) reports the lost connection instead', async () => {
+      const victim = await fixture.t.connect({ maxConnections: 1, driver });
+      const outcome = await terminatedMidStatement((statement) => victim.queryOnce(statement));
+      expect(outcome.error).toBeInstanceOf(DatabaseUnavailableError);
+      expect((outcome.error as DatabaseUnavailableError).details.sqlstate).toBe('57P01');
+      expect(victim.stats.reconnects).toBe(0);
+      // The pool discarded the dead connection: the next statement gets a working one.
+      expect((await victim.queryOnce<{ one: number }>('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
+    });
+  });
+
+  describe('a connect that is never answered', () => {
+    let silent: SilentServer;
+    beforeAll(async () => {
+      silent = await startSilentServer();
+    });
+    afterAll(async () => {
+      await silent.close();
+    });
+
+    it('PostgreSQL accepts and never speaks (under neon: behind the WebSocket proxy): fails within the connect timeout', async () => {
+      const { t } = fixture;
+      const db = await openDatabase({
+        url: databaseUrlAt(silent.port, 'postgres'),
+        driver,
+        wsProxy: t.wsProxy,
+        maxConnections: 2,
+        connectTimeoutMs: 400,
+        ...BASE,
+      });
+      try {
+        await expectConnectTimeout(db, () => db.query('SELECT 1'), 400);
+        await expectConnectTimeout(db, () => db.withTransaction((tx) => tx.query('SELECT 1')), 400);
+      } finally {
+        await db.end();
       }
     });
-    return outcome!;
-  }
-
-  it('db.query sends the statement once more on a fresh connection, and it answers', async () => {
-    const victim = await fixture.t.connect({ maxConnections: 1 });
-    const outcome = await terminatedMidStatement((statement) => victim.query(statement));
-    expect(outcome.error).toBeUndefined();
-    expect(outcome.rows).toHaveLength(1);
-    expect(victim.stats.reconnects).toBe(1);
   });
 
-  it('db.queryOnce (for writes that must not run twice) reports the lost connection instead', async () => {
-    const victim = await fixture.t.connect({ maxConnections: 1 });
-    const outcome = await terminatedMidStatement((statement) => victim.queryOnce(statement));
-    expect(outcome.error).toBeInstanceOf(DatabaseUnavailableError);
-    expect((outcome.error as DatabaseUnavailableError).details.sqlstate).toBe('57P01');
-    expect(victim.stats.reconnects).toBe(0);
-    // The pool discarded the dead connection: the next statement gets a working one.
-    expect((await victim.queryOnce<{ one: number }>('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
+  describe('a statement that is never answered', () => {
+    let proxy: StallingProxy;
+    beforeAll(async () => {
+      const target = new URL(fixture.t.url);
+      proxy = await startStallingProxy({ host: target.hostname, port: Number(target.port || 5432) });
+    });
+    afterAll(async () => {
+      await proxy.close();
+    });
+
+    /** The bound under test here is the query timeout; a slow (SCRAM) connect must not interfere. */
+    function throughProxy(options: { maxConnections: number; queryTimeoutMs: number }) {
+      const { t } = fixture;
+      return openDatabase({
+        url: sameDatabaseAt(t.url, proxy.port),
+        driver,
+        wsProxy: t.wsProxy,
+        connectTimeoutMs: 30_000,
+        ...BASE,
+        ...options,
+      });
+    }
+
+    it('fails within the query timeout, and the silent connection is thrown away, not reused', async () => {
+      const db = await throughProxy({ maxConnections: 1, queryTimeoutMs: 600 });
+      try {
+        expect((await db.query<{ one: number }>('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
+        proxy.stallOn('stall-plain-query');
+        const { error, elapsedMs } = await failureOf(db.query("SELECT 'stall-plain-query' AS marker"));
+        expect(error).toBeInstanceOf(DatabaseUnavailableError);
+        expect((error as DatabaseUnavailableError).details).toMatchObject({
+          timeout: 'query',
+          timeoutMs: 600,
+        });
+        expect(elapsedMs).toBeGreaterThanOrEqual(595);
+        expect(elapsedMs).toBeLessThan(600 + 700);
+        // One connection in the pool: this answers only if the stalled one was discarded.
+        expect((await db.query<{ one: number }>('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
+        expect(db.stats.reconnects).toBe(0);
+      } finally {
+        await db.end();
+      }
+    });
+
+    it('inside a transaction: fails within the query timeout without waiting on a ROLLBACK', async () => {
+      // A ROLLBACK sent on the silent connection would be another unanswered statement: a second
+      // full query timeout before the caller hears anything.
+      const queryTimeoutMs = 1_000;
+      const db = await throughProxy({ maxConnections: 1, queryTimeoutMs });
+      try {
+        proxy.stallOn('stall-in-transaction');
+        const { error, elapsedMs } = await failureOf(
+          db.withTransaction(async (tx) => {
+            await tx.query('SELECT 1');
+            await tx.query("SELECT 'stall-in-transaction' AS marker");
+          }),
+        );
+        expect((error as DatabaseUnavailableError).details).toMatchObject({ timeout: 'query' });
+        expect(elapsedMs).toBeGreaterThanOrEqual(queryTimeoutMs - 5);
+        expect(elapsedMs).toBeLessThan(queryTimeoutMs + 600);
+        expect((await db.withTransaction((tx) => tx.query<{ one: number }>('SELECT 1 AS one'))).rows).toEqual(
+          [{ one: 1 }],
+        );
+      } finally {
+        await db.end();
+      }
+    });
+
+    it('fails only its own record: the batch gets a partial response before the Lambda deadline', async () => {
+      const { t } = fixture;
+      const db = await throughProxy({ maxConnections: 5, queryTimeoutMs: 1_000 });
+      try {
+        // A warm function instance: its connections are open before the batch arrives.
+        await Promise.all([1, 2, 3].map(() => db.withTransaction((tx) => tx.query('SELECT pg_sleep(0.05)'))));
+        const hung = await finishedRootRun(t.db);
+        const healthy = [await finishedRootRun(t.db), await finishedRootRun(t.db)];
+        proxy.stallOn(hung.rootRunId);
+        const handler = createFenceCheckHandler({
+          db,
+          queues: sqsFixture.queues,
+          telemetry: createTelemetry({ functionName: 'test', logLevel: 'SILENT' }),
+          config: loadConfig({ CLEANUP_RETRY_BASE_SECONDS: '1', CLEANUP_RETRY_MAX_SECONDS: '2' }),
+        });
+        const records = [hung, ...healthy].map((s) => sqsRecord(JSON.stringify({ runId: s.rootRunId })));
+        const lambdaTimeoutMs = 4_000;
+        const invokedAt = performance.now();
+        const context = {
+          getRemainingTimeInMillis: () => lambdaTimeoutMs - (performance.now() - invokedAt),
+        } as Context;
+        let deadline: NodeJS.Timeout | undefined;
+        const response = await Promise.race([
+          handler({ Records: records } as SQSEvent, context),
+          new Promise<never>((_, reject) => {
+            deadline = setTimeout(
+              () => reject(new Error('no batch response before the Lambda deadline')),
+              lambdaTimeoutMs,
+            );
+          }),
+        ]).finally(() => clearTimeout(deadline));
+        expect(performance.now() - invokedAt).toBeLessThan(lambdaTimeoutMs);
+        expect(response.batchItemFailures).toEqual([{ itemIdentifier: records[0]!.messageId }]);
+        expect(proxy.stalled).toBeGreaterThanOrEqual(1);
+        // The healthy records went on to their release.
+        const url = await sqsFixture.queues.url(QueueName.RUNTIME_RELEASE);
+        const released = await sqsFixture.sqs.send(
+          new ReceiveMessageCommand({ QueueUrl: url, MaxNumberOfMessages: 10, VisibilityTimeout: 0 }),
+        );
+        const releasedRuns = (released.Messages ?? []).map((message) => JSON.parse(message.Body!).runId);
+        for (const s of healthy) expect(releasedRuns).toContain(s.rootRunId);
+        expect(releasedRuns).not.toContain(hung.rootRunId);
+      } finally {
+        await db.end();
+      }
+    });
   });
 });
 
-describe('a connect that is never answered', () => {
+describe('over the neon driver: a WebSocket proxy that never answers', () => {
   let silent: SilentServer;
   beforeAll(async () => {
     silent = await startSilentServer();
@@ -260,43 +427,10 @@ describe('a connect that is never answered', () => {
     await silent.close();
   });
 
-  async function expectConnectTimeout(db: Database, run: () => Promise<unknown>, connectTimeoutMs: number) {
-    // Timed from before run(): its synchronous part already starts the connect timer, and on a
-    // loaded machine that part alone has taken longer than the 5 ms of slack below.
-    const before = performance.now();
-    const { error } = await failureOf(run());
-    const elapsedMs = performance.now() - before;
-    expect(error).toBeInstanceOf(DatabaseUnavailableError);
-    const failure = error as DatabaseUnavailableError;
-    expect(failure.retryable).toBe(true);
-    expect(failure.details).toMatchObject({ timeout: 'connect', timeoutMs: connectTimeoutMs });
-    expect(failure.message).toMatch(/connect timed out/);
-    // Within the bound, and not retried in-process (a retry would double it).
-    expect(elapsedMs).toBeGreaterThanOrEqual(connectTimeoutMs - 5);
-    expect(elapsedMs).toBeLessThan(connectTimeoutMs + 700);
-    expect(db.stats.reconnects).toBe(0);
-  }
-
-  it('behind the WebSocket proxy (PostgreSQL accepts and never speaks): fails within the connect timeout', async () => {
-    const { t } = fixture;
-    const db = await openDatabase({
-      url: databaseUrlAt(silent.port, 'postgres'),
-      wsProxy: t.wsProxy,
-      maxConnections: 2,
-      connectTimeoutMs: 400,
-      ...BASE,
-    });
-    try {
-      await expectConnectTimeout(db, () => db.query('SELECT 1'), 400);
-      await expectConnectTimeout(db, () => db.withTransaction((tx) => tx.query('SELECT 1')), 400);
-    } finally {
-      await db.end();
-    }
-  });
-
   it('at the WebSocket proxy itself (the upgrade is never answered): fails within the connect timeout', async () => {
     const db = await openDatabase({
       url: databaseUrlAt(5432, 'postgres'),
+      driver: DatabaseDriver.NEON,
       wsProxy: silent.address,
       maxConnections: 2,
       connectTimeoutMs: 400,
@@ -304,118 +438,6 @@ describe('a connect that is never answered', () => {
     });
     try {
       await expectConnectTimeout(db, () => db.query('SELECT 1'), 400);
-    } finally {
-      await db.end();
-    }
-  });
-});
-
-describe('a statement that is never answered', () => {
-  let proxy: StallingProxy;
-  beforeAll(async () => {
-    const target = new URL(fixture.t.url);
-    proxy = await startStallingProxy({ host: target.hostname, port: Number(target.port || 5432) });
-  });
-  afterAll(async () => {
-    await proxy.close();
-  });
-
-  /** The bound under test here is the query timeout; a slow (SCRAM) connect must not interfere. */
-  function throughProxy(options: { maxConnections: number; queryTimeoutMs: number }) {
-    const { t } = fixture;
-    return openDatabase({
-      url: sameDatabaseAt(t.url, proxy.port),
-      wsProxy: t.wsProxy,
-      connectTimeoutMs: 30_000,
-      ...BASE,
-      ...options,
-    });
-  }
-
-  it('fails within the query timeout, and the silent connection is thrown away, not reused', async () => {
-    const db = await throughProxy({ maxConnections: 1, queryTimeoutMs: 600 });
-    try {
-      expect((await db.query<{ one: number }>('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
-      proxy.stallOn('stall-plain-query');
-      const { error, elapsedMs } = await failureOf(db.query("SELECT 'stall-plain-query' AS marker"));
-      expect(error).toBeInstanceOf(DatabaseUnavailableError);
-      expect((error as DatabaseUnavailableError).details).toMatchObject({ timeout: 'query', timeoutMs: 600 });
-      expect(elapsedMs).toBeGreaterThanOrEqual(595);
-      expect(elapsedMs).toBeLessThan(600 + 700);
-      // One connection in the pool: this answers only if the stalled one was discarded.
-      expect((await db.query<{ one: number }>('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
-      expect(db.stats.reconnects).toBe(0);
-    } finally {
-      await db.end();
-    }
-  });
-
-  it('inside a transaction: fails within the query timeout without waiting on a ROLLBACK', async () => {
-    // A ROLLBACK sent on the silent connection would be another unanswered statement: a second
-    // full query timeout before the caller hears anything.
-    const queryTimeoutMs = 1_000;
-    const db = await throughProxy({ maxConnections: 1, queryTimeoutMs });
-    try {
-      proxy.stallOn('stall-in-transaction');
-      const { error, elapsedMs } = await failureOf(
-        db.withTransaction(async (tx) => {
-          await tx.query('SELECT 1');
-          await tx.query("SELECT 'stall-in-transaction' AS marker");
-        }),
-      );
-      expect((error as DatabaseUnavailableError).details).toMatchObject({ timeout: 'query' });
-      expect(elapsedMs).toBeGreaterThanOrEqual(queryTimeoutMs - 5);
-      expect(elapsedMs).toBeLessThan(queryTimeoutMs + 600);
-      expect((await db.withTransaction((tx) => tx.query<{ one: number }>('SELECT 1 AS one'))).rows).toEqual([
-        { one: 1 },
-      ]);
-    } finally {
-      await db.end();
-    }
-  });
-
-  it('fails only its own record: the batch gets a partial response before the Lambda deadline', async () => {
-    const { t } = fixture;
-    const db = await throughProxy({ maxConnections: 5, queryTimeoutMs: 1_000 });
-    try {
-      // A warm function instance: its connections are open before the batch arrives.
-      await Promise.all([1, 2, 3].map(() => db.withTransaction((tx) => tx.query('SELECT pg_sleep(0.05)'))));
-      const hung = await finishedRootRun(t.db);
-      const healthy = [await finishedRootRun(t.db), await finishedRootRun(t.db)];
-      proxy.stallOn(hung.rootRunId);
-      const handler = createFenceCheckHandler({
-        db,
-        queues: sqsFixture.queues,
-        telemetry: createTelemetry({ functionName: 'test', logLevel: 'SILENT' }),
-        config: loadConfig({ CLEANUP_RETRY_BASE_SECONDS: '1', CLEANUP_RETRY_MAX_SECONDS: '2' }),
-      });
-      const records = [hung, ...healthy].map((s) => sqsRecord(JSON.stringify({ runId: s.rootRunId })));
-      const lambdaTimeoutMs = 4_000;
-      const invokedAt = performance.now();
-      const context = {
-        getRemainingTimeInMillis: () => lambdaTimeoutMs - (performance.now() - invokedAt),
-      } as Context;
-      let deadline: NodeJS.Timeout | undefined;
-      const response = await Promise.race([
-        handler({ Records: records } as SQSEvent, context),
-        new Promise<never>((_, reject) => {
-          deadline = setTimeout(
-            () => reject(new Error('no batch response before the Lambda deadline')),
-            lambdaTimeoutMs,
-          );
-        }),
-      ]).finally(() => clearTimeout(deadline));
-      expect(performance.now() - invokedAt).toBeLessThan(lambdaTimeoutMs);
-      expect(response.batchItemFailures).toEqual([{ itemIdentifier: records[0]!.messageId }]);
-      expect(proxy.stalled).toBeGreaterThanOrEqual(1);
-      // The healthy records went on to their release.
-      const url = await sqsFixture.queues.url(QueueName.RUNTIME_RELEASE);
-      const released = await sqsFixture.sqs.send(
-        new ReceiveMessageCommand({ QueueUrl: url, MaxNumberOfMessages: 10, VisibilityTimeout: 0 }),
-      );
-      const releasedRuns = (released.Messages ?? []).map((message) => JSON.parse(message.Body!).runId);
-      for (const s of healthy) expect(releasedRuns).toContain(s.rootRunId);
-      expect(releasedRuns).not.toContain(hung.rootRunId);
     } finally {
       await db.end();
     }

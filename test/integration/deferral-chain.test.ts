@@ -1,9 +1,9 @@
 import type { SQSEvent } from 'aws-lambda';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { loadConfig } from '../../functions/adapters/config.ts';
-import { DEFERRALS_ATTRIBUTE, MAX_DEFERRALS } from '../../functions/adapters/deferral.ts';
 import { createTelemetry } from '../../functions/adapters/observability.ts';
 import { QueueName, type Queues, type SendOptions } from '../../functions/adapters/queues.ts';
+import { DEFERRALS_ATTRIBUTE, MAX_DEFERRALS } from '../../functions/cleanup/chain-limits.ts';
 import { composeFenceCheck } from '../../functions/fence-check/handler.ts';
 import { composeRelease } from '../../functions/release/handler.ts';
 import { localLambdaContext } from '../../infra/local/event-source.ts';

@@ -13,6 +13,7 @@ const POSTGRES_TYPE: Record<string, string> = {
   text: 'text',
   boolean: 'boolean',
   timestamptz: 'timestamp with time zone',
+  'double precision': 'double precision',
 };
 
 const COLUMNS = `

@@ -50,6 +50,7 @@ describe('an embedded PostgreSQL started from a folder inside a mkdtemp folder',
       expect(cluster.relocatedFrom).toBe(runningAsRoot() ? requested : undefined);
       const db = await openDatabase({
         url: cluster.url,
+        driver: inject('database').driver,
         wsProxy: inject('database').wsProxy,
         maxConnections: 1,
         lockTimeoutMs: 5_000,

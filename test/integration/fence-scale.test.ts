@@ -1,5 +1,5 @@
 import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
-import { Client } from '@neondatabase/serverless';
+import { Client } from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { QueueName } from '../../functions/adapters/queues.ts';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
@@ -65,7 +65,12 @@ function runScans(plan: PlanNode): PlanNode[] {
   return nodesOf(plan).filter((node) => node['Relation Name'] === 'agent_runs');
 }
 
-/** A session on the real driver that shows the plan of every statement, nested ones included. */
+/**
+ * A session that shows the plan of every statement, nested ones included: a raw node-postgres
+ * client over TCP, whichever driver the run's pools use (the plans are the server's, not the
+ * driver's; Neon's Client worked only where an earlier pool had pointed Neon's global settings at
+ * the bridge).
+ */
 async function explainingSession(): Promise<{
   client: Client;
   plansOf(sql: string, values?: unknown[]): Promise<Array<{ query: string; plan: PlanNode }>>;

@@ -24,9 +24,10 @@ const fixture = useDatabaseFixture();
 let other: Database;
 
 beforeAll(async () => {
-  const { adminUrl, wsProxy } = inject('database');
+  const { adminUrl, driver, wsProxy } = inject('database');
   const admin = await openDatabase({
     url: adminUrl,
+    driver,
     wsProxy,
     lockTimeoutMs: 5_000,
     statementTimeoutMs: 30_000,
@@ -122,7 +123,7 @@ describe('the decision functions refuse any isolation but READ COMMITTED', () =>
     ],
     [
       'runtime_cleanup_begin_reclaim',
-      "SELECT * FROM runtime_cleanup_begin_reclaim('sbx-any', 1, 60, 60, 'token', 1000)",
+      "SELECT * FROM runtime_cleanup_begin_reclaim('sbx-any', 1, true, 60, 60, 'token', 1000)",
     ],
   ])('%s, called in a REPEATABLE READ transaction, raises 25000 with the reason', async (_, call) => {
     // An autocommit statement runs at the database's default level, REPEATABLE READ here.

@@ -28,8 +28,8 @@ let db: Database;
 let name: string;
 
 beforeAll(async () => {
-  const { adminUrl, wsProxy } = inject('database');
-  const options = { wsProxy, lockTimeoutMs: 5_000, statementTimeoutMs: 30_000 };
+  const { adminUrl, driver, wsProxy } = inject('database');
+  const options = { driver, wsProxy, lockTimeoutMs: 5_000, statementTimeoutMs: 30_000 };
   admin = await openDatabase({ url: adminUrl, maxConnections: 1, ...options });
   name = `rc_test_${process.ppid}_${randomBytes(5).toString('hex')}`;
   await admin.query(`CREATE DATABASE ${name}`);

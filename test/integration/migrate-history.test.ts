@@ -62,11 +62,10 @@ async function applyAsTheOldRunner(t: TestDatabase, migrations: Migration[]): Pr
       applied_at timestamptz NOT NULL DEFAULT now())`);
     for (const migration of migrations) {
       await tx.query(migration.sql);
-      await tx.query('INSERT INTO schema_migrations (version, name, checksum) VALUES ($1::integer, $2::text, $3::text)', [
-        migration.version,
-        migration.name,
-        migration.checksum,
-      ]);
+      await tx.query(
+        'INSERT INTO schema_migrations (version, name, checksum) VALUES ($1::integer, $2::text, $3::text)',
+        [migration.version, migration.name, migration.checksum],
+      );
     }
   });
 }
@@ -104,12 +103,14 @@ afterAll(async () => {
 
 describe('databases migrated with the old migration texts', () => {
   it('the superseded checksums are exactly the old texts that differ from today’s files', async () => {
-    const current = new Map((await loadMigrations()).map((migration) => [migration.version, migration.checksum]));
+    const current = new Map(
+      (await loadMigrations()).map((migration) => [migration.version, migration.checksum]),
+    );
     expect(old.map((migration) => migration.version)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
     const rewritten = old.filter((migration) => current.get(migration.version) !== migration.checksum);
-    expect(Object.fromEntries(rewritten.map((migration) => [migration.version, [migration.checksum]]))).toEqual(
-      SUPERSEDED_MIGRATION_CHECKSUMS,
-    );
+    expect(
+      Object.fromEntries(rewritten.map((migration) => [migration.version, [migration.checksum]])),
+    ).toEqual(SUPERSEDED_MIGRATION_CHECKSUMS);
   });
 
   it.each([10, 8, 4, 1])(

@@ -10,8 +10,8 @@ import { loadMigrations, type Migration, migrate } from '../../infra/migrate.ts'
 import { insertConversation, insertRun } from '../support/factories.ts';
 import { rejectionOf } from '../support/probes.ts';
 
-const { adminUrl, wsProxy } = inject('database');
-const TIMEOUTS = { lockTimeoutMs: 10_000, statementTimeoutMs: 30_000 };
+const { adminUrl, driver, wsProxy } = inject('database');
+const TIMEOUTS = { driver, lockTimeoutMs: 10_000, statementTimeoutMs: 30_000 };
 let admin: Database;
 const opened: Database[] = [];
 const created: string[] = [];

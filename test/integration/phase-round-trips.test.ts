@@ -2,6 +2,7 @@ import { beforeAll, describe, expect, inject, it } from 'vitest';
 import { floorCheck, floorClear } from '../../bench/support/floor-transactions.ts';
 import { installLockTakenNote } from '../../bench/support/instrumented-functions.ts';
 import { type Database, openDatabase, type RoundTripTiming } from '../../functions/adapters/database.ts';
+import { DATABASE_DRIVERS } from '../../functions/adapters/database-driver.ts';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { finalize } from '../../functions/cleanup/finalize.ts';
 import { beginRelease, endRelease, ReleaseGuard } from '../../functions/cleanup/release-guard.ts';
@@ -38,71 +39,74 @@ async function roundTrips<T>(
   };
 }
 
-describe('one round trip per decision, locks included', () => {
-  it('phase 1, the release guard and phase 3: one message each, one transaction each', async () => {
-    const db = await fixture.t.connect({ maxConnections: 1 });
-    const s = await finishedRootRun(fixture.t.db);
+describe.each(DATABASE_DRIVERS)(
+  'over the %s driver: one round trip per decision, locks included',
+  (driver) => {
+    it('phase 1, the release guard and phase 3: one message each, one transaction each', async () => {
+      const db = await fixture.t.connect({ maxConnections: 1, driver });
+      const s = await finishedRootRun(fixture.t.db);
 
-    const checked = await roundTrips(db, () => fenceCheck(db, s.rootRunId));
-    expect({ trips: checked.trips, transactions: checked.transactions }).toEqual({
-      trips: 1,
-      transactions: 1,
+      const checked = await roundTrips(db, () => fenceCheck(db, s.rootRunId));
+      expect({ trips: checked.trips, transactions: checked.transactions }).toEqual({
+        trips: 1,
+        transactions: 1,
+      });
+      const identity = releaseNeeded(checked.result);
+
+      const target = { ...identity, sandboxId: identity.sandboxId!, generation: identity.generation! };
+      const guarded = await roundTrips(db, () =>
+        beginRelease(db, target, { inFlightSeconds: 60, lockTimeoutMs: 5_000 }),
+      );
+      expect({ trips: guarded.trips, transactions: guarded.transactions }).toEqual({
+        trips: 1,
+        transactions: 1,
+      });
+      if (guarded.result.verdict !== ReleaseGuard.PROCEED) throw new Error(guarded.result.verdict);
+      await endRelease(db, guarded.result.inFlight);
+
+      const finalized = await roundTrips(db, () => finalize(db, identity));
+      expect(finalized.result.outcome).toBe(FinalizeOutcome.CLEARED);
+      expect({ trips: finalized.trips, transactions: finalized.transactions }).toEqual({
+        trips: 1,
+        transactions: 1,
+      });
     });
-    const identity = releaseNeeded(checked.result);
 
-    const target = { ...identity, sandboxId: identity.sandboxId!, generation: identity.generation! };
-    const guarded = await roundTrips(db, () =>
-      beginRelease(db, target, { inFlightSeconds: 60, lockTimeoutMs: 5_000 }),
-    );
-    expect({ trips: guarded.trips, transactions: guarded.transactions }).toEqual({
-      trips: 1,
-      transactions: 1,
-    });
-    if (guarded.result.verdict !== ReleaseGuard.PROCEED) throw new Error(guarded.result.verdict);
-    await endRelease(db, guarded.result.inFlight);
-
-    const finalized = await roundTrips(db, () => finalize(db, identity));
-    expect(finalized.result.outcome).toBe(FinalizeOutcome.CLEARED);
-    expect({ trips: finalized.trips, transactions: finalized.transactions }).toEqual({
-      trips: 1,
-      transactions: 1,
-    });
-  });
-
-  it('leaves no lock and no open transaction behind once the one message is answered', async () => {
-    const db = await fixture.t.connect({ maxConnections: 1 });
-    const s = await finishedRootRun(fixture.t.db);
-    releaseNeeded(await fenceCheck(db, s.rootRunId));
-    // Same connection (pool of one), next message: had the transaction stayed open, this would be
-    // inside it, holding the scope's advisory lock.
-    // now() is the transaction's start: equal to the statement's own start only outside an older one.
-    const { rows } = await db.query<{ advisory: number; fresh: boolean }>(
-      `SELECT (SELECT count(*)::int FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()) AS advisory,
+    it('leaves no lock and no open transaction behind once the one message is answered', async () => {
+      const db = await fixture.t.connect({ maxConnections: 1, driver });
+      const s = await finishedRootRun(fixture.t.db);
+      releaseNeeded(await fenceCheck(db, s.rootRunId));
+      // Same connection (pool of one), next message: had the transaction stayed open, this would be
+      // inside it, holding the scope's advisory lock.
+      // now() is the transaction's start: equal to the statement's own start only outside an older one.
+      const { rows } = await db.query<{ advisory: number; fresh: boolean }>(
+        `SELECT (SELECT count(*)::int FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()) AS advisory,
               now() = statement_timestamp() AS fresh`,
-    );
-    expect(rows[0]).toEqual({ advisory: 0, fresh: true });
-  });
+      );
+      expect(rows[0]).toEqual({ advisory: 0, fresh: true });
+    });
 
-  it('a product database notes no lock-taken moment: an observed decision reports no server-side hold', async () => {
-    // The benchmark's clock (bench/support/instrumented-functions.ts) is not in the product's
-    // functions: one body per function, without a benchmark hook.
-    const db = await fixture.t.connect({ maxConnections: 1 });
-    const s = await finishedRootRun(fixture.t.db);
-    const observed: RoundTripTiming[] = [];
-    const { rows } = await db.transact<{ decision: string }>(
-      'SELECT decision FROM runtime_cleanup_fence_check($1::text)',
-      [s.rootRunId],
-      (timing) => observed.push(timing),
-    );
-    expect(rows[0]?.decision).toBe('release_needed');
-    expect(observed).toHaveLength(1);
-    expect(observed[0]!.lockHeldMs).toBeNull();
-    const { rows: noted } = await fixture.t.db.query<{ n: number }>(
-      `SELECT count(*)::int AS n FROM pg_proc WHERE proname = 'runtime_cleanup_note_lock_taken'`,
-    );
-    expect(noted[0]!.n).toBe(0);
-  });
-});
+    it('a product database notes no lock-taken moment: an observed decision reports no server-side hold', async () => {
+      // The benchmark's clock (bench/support/instrumented-functions.ts) is not in the product's
+      // functions: one body per function, without a benchmark hook.
+      const db = await fixture.t.connect({ maxConnections: 1, driver });
+      const s = await finishedRootRun(fixture.t.db);
+      const observed: RoundTripTiming[] = [];
+      const { rows } = await db.transact<{ decision: string }>(
+        'SELECT decision FROM runtime_cleanup_fence_check($1::text)',
+        [s.rootRunId],
+        (timing) => observed.push(timing),
+      );
+      expect(rows[0]?.decision).toBe('release_needed');
+      expect(observed).toHaveLength(1);
+      expect(observed[0]!.lockHeldMs).toBeNull();
+      const { rows: noted } = await fixture.t.db.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM pg_proc WHERE proname = 'runtime_cleanup_note_lock_taken'`,
+      );
+      expect(noted[0]!.n).toBe(0);
+    });
+  },
+);
 
 /**
  * The benchmark's server-side lock-hold clock: its instrumented copies of the decision functions,
@@ -219,6 +223,7 @@ describe('the benchmark’s lock-hold clock, on a database with its instrumented
       // before the ALTER): new server connections start with the database's default.
       const db = await openDatabase({
         url: directUrl(bench.t.name),
+        driver: bench.t.driver,
         wsProxy: bench.t.wsProxy,
         maxConnections: 1,
         lockTimeoutMs: 5_000,

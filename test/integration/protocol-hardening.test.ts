@@ -25,6 +25,7 @@ describe('F2: a transaction whose client stalls is ended by the server, and its 
     // Statement timeout 1 s, so idle-in-transaction is bounded at 1 s too.
     stalling = await openDatabase({
       url: fixture.t.url,
+      driver: fixture.t.driver,
       wsProxy: fixture.t.wsProxy,
       lockTimeoutMs: 500,
       statementTimeoutMs: 1_000,

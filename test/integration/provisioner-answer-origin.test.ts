@@ -15,7 +15,6 @@ import {
   ProvisionerUnavailableError,
   ProvisionerUnconfirmedError,
 } from '../../functions/cleanup/errors.ts';
-import { DELETE_MAY_STILL_ACT } from '../../functions/cleanup/sandbox-provider.ts';
 import { ReleaseOutcome } from '../../functions/cleanup/types.ts';
 import { useLocalProvisionerFixture } from '../support/fixtures.ts';
 
@@ -32,9 +31,17 @@ afterEach(async () => {
 
 const REQUEST = { sandboxId: 'sbx-live', generation: 3, deleteTimeoutMs: 5_000 };
 
-/** A real HTTP server that answers every request with this status, headers and body. */
+/**
+ * A real HTTP server that answers every DELETE with this status, headers and body, and its listing
+ * as the provisioner's: a 404 counts only from a base URL whose listing answers (contract v1.2
+ * section 3; provisioner-verification.test.ts), and these tests are about the DELETE's answer.
+ */
 async function answering(status: number, headers: Record<string, string>, body: string): Promise<string> {
-  const server = createServer((_request, response) => {
+  const server = createServer((request, response) => {
+    if (request.method === 'GET' && request.url === '/api/sandboxes') {
+      response.writeHead(200, JSON_TYPE).end(JSON.stringify({ sandboxes: [], count: 0 }));
+      return;
+    }
     response.writeHead(status, headers);
     response.end(body);
   });
@@ -146,7 +153,7 @@ describe('a 200 confirms only when its JSON object says the delete happened, to 
     expect(outcome).toBeInstanceOf(ProvisionerUnavailableError);
     const error = outcome as ProvisionerUnavailableError;
     expect(error.retryable).toBe(true);
-    expect(error.details[DELETE_MAY_STILL_ACT]).toBe(true);
+    expect(error.deleteMayStillAct).toBe(true);
   });
 
   it.each([

@@ -129,7 +129,7 @@ const HOSTILE: Array<{ name: string; reply: Reply; reason: string }> = [
 
 function run() {
   return runReclaim(
-    { db: database.t.db, provider, lister: client },
+    { db: database.t.db, provider, lister: client, provisioner: 'http://provisioner.test' },
     {
       graceSeconds: 60,
       maxPerRun: 50,

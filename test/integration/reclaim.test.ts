@@ -15,6 +15,7 @@ import type { Queues } from '../../functions/adapters/queues.ts';
 import {
   classifyListing,
   LeakReason,
+  provisionerIdentity,
   type ReclaimEvent,
   type ReclaimSettings,
   reclaimOne,
@@ -29,11 +30,14 @@ import { type LocalProvisioner, startProvisioner } from '../../infra/local/provi
 import { insertConversation, insertRun, upsertSandbox } from '../support/factories.ts';
 import { useDatabaseFixture } from '../support/fixtures.ts';
 import { rejectionOf } from '../support/probes.ts';
+import { letTimePass } from '../support/reclaim-time.ts';
+import { eventually } from '../support/stack.ts';
 
 const database = useDatabaseFixture();
 
 const GRACE_SECONDS = 2;
-const INTERVAL_MS = 1000;
+
+const INTERVAL_SECONDS = 0.5;
 
 let rootDir: string;
 let provisioner: LocalProvisioner;
@@ -69,12 +73,16 @@ function settings(overrides: Partial<ReclaimSettings> = {}): ReclaimSettings & {
 
 function run(overrides: Partial<ReclaimSettings> = {}, events: ReclaimEvent[] = []) {
   return runReclaim(
-    { db: database.t.db, provider, lister: client, onEvent: (event) => events.push(event) },
+    {
+      db: database.t.db,
+      provider,
+      lister: client,
+      provisioner: provisionerIdentity(provisioner!.url),
+      onEvent: (event) => events.push(event),
+    },
     settings(overrides),
   );
 }
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 async function post(sandboxId: string): Promise<number> {
   const response = await fetch(new URL('/api/sandboxes', provisioner.url), {
@@ -197,42 +205,41 @@ describe.each(['contract', 'platform'] as const)('the reclaimer against the %s p
     await startLocal(mode);
   });
 
-  it('reclaims every leak kind within two intervals after the grace, and nothing owned', async () => {
+  it('reclaims every leak kind at the first listing a whole grace after it was first seen leaked, and nothing owned', async () => {
     const leaks = await makeLeaks();
     const owned = await makeOwned();
-    const firstSeen = new Map<string, number>();
-    const deletedAt = new Map<string, number>();
+    const deleted = () => provisioner.audit().filter((entry) => entry.method === 'DELETE');
     const reasons = new Map<string, string | null>();
-    let passes = 0;
-    const started = Date.now();
-    // Passes every interval, for the grace plus three intervals.
-    while (Date.now() - started < GRACE_SECONDS * 1000 + 3 * INTERVAL_MS) {
+    const pass = async () => {
       const events: ReclaimEvent[] = [];
       const report = await run({}, events);
-      passes += 1;
-      for (const sandbox of report.leaked)
-        if (!firstSeen.has(sandbox.sandboxId)) firstSeen.set(sandbox.sandboxId, Date.now());
       for (const event of events) {
-        if (event.kind === 'reclaimed') {
-          deletedAt.set(event.sandbox.sandboxId, Date.now());
-          reasons.set(event.sandbox.sandboxId, event.sandbox.reason);
-        }
+        if (event.kind === 'reclaimed') reasons.set(event.sandbox.sandboxId, event.sandbox.reason);
       }
-      await sleep(INTERVAL_MS);
-    }
-    expect(passes).toBeGreaterThanOrEqual(3);
+      return report;
+    };
+    // The first listing starts every streak; the listings within the grace delete nothing.
+    expect(new Set((await pass()).leaked.map((sandbox) => sandbox.sandboxId))).toEqual(new Set(leaks.keys()));
+    await letTimePass(database.t.db, INTERVAL_SECONDS);
+    await pass();
+    await letTimePass(database.t.db, GRACE_SECONDS - INTERVAL_SECONDS - 0.5);
+    await pass();
+    expect(deleted()).toEqual([]);
+    // The next listing, a whole grace after the first: every leak, and only the leaks.
+    await letTimePass(database.t.db, INTERVAL_SECONDS);
+    const report = await pass();
+    expect(report.reclaimed).toBe(leaks.size);
     for (const [id, reason] of leaks) {
       expect(provisioner.sandbox(id), `${id} reclaimed`).toBeUndefined();
       expect(reasons.get(id), id).toBe(reason);
-      // Never before a whole grace of being seen leaked.
-      expect(deletedAt.get(id)! - firstSeen.get(id)!).toBeGreaterThanOrEqual(GRACE_SECONDS * 1000 - 50);
     }
     for (const id of owned) expect(provisioner.sandbox(id), `${id} owned`).toBeDefined();
-    const deletes = provisioner.audit().filter((entry) => entry.method === 'DELETE');
-    expect(new Set(deletes.map((entry) => entry.sandboxId))).toEqual(new Set(leaks.keys()));
-    // The reclaimed generations the database knew are marked released.
+    expect(new Set(deleted().map((entry) => entry.sandboxId))).toEqual(new Set(leaks.keys()));
+    // The reclaimed generations the database knew are marked released, bound to what was deleted.
     const { rows } = await database.t.db.query<{ n: number }>(
-      'SELECT count(*)::int AS n FROM sandbox_runtimes WHERE sandbox_id = ANY ($1::text[]) AND released_at IS NULL',
+      `SELECT count(*)::int AS n FROM sandbox_runtimes
+       WHERE sandbox_id = ANY ($1::text[])
+         AND NOT runtime_cleanup_generation_released(released_at, released_sandbox_id, released_generation, sandbox_id, generation)`,
       [[...leaks.keys()]],
     );
     expect(rows[0]!.n).toBe(0);
@@ -244,7 +251,7 @@ describe.each(['contract', 'platform'] as const)('the reclaimer against the %s p
     const first = await run();
     expect(first.leaked.map((sandbox) => sandbox.sandboxId)).toEqual([young]);
     expect(first.due).toEqual([]);
-    await sleep(GRACE_SECONDS * 500);
+    await letTimePass(database.t.db, GRACE_SECONDS / 2);
     const second = await run();
     expect(second.due).toEqual([]);
     expect(provisioner.sandbox(young)).toBeDefined();
@@ -268,7 +275,10 @@ describe('a scope that becomes active between the listing and the DELETE wins', 
       [s.uid],
     );
     const listing = await client.listSandboxes({ timeoutMs: 5_000 });
-    await recordSightings(database.t.db, listing);
+    await recordSightings(database.t.db, listing, {
+      provisioner: provisionerIdentity(provisioner!.url),
+      evidence: null,
+    });
     await database.t.db.query(
       "UPDATE runtime_reclaim_sightings SET first_seen_at = now() - interval '1 hour'",
     );
@@ -277,19 +287,22 @@ describe('a scope that becomes active between the listing and the DELETE wins', 
 
   it('an admission after the listing, before the guard: the guard refuses, nothing is sent', async () => {
     const { s, sandboxId } = await dueLeak();
-    const [classified] = await classifyListing(
-      database.t.db,
-      await client.listSandboxes({ timeoutMs: 5_000 }),
-      {
-        graceSeconds: GRACE_SECONDS,
-      },
-    );
+    const {
+      sandboxes: [classified],
+    } = await classifyListing(database.t.db, await client.listSandboxes({ timeoutMs: 5_000 }), {
+      graceSeconds: GRACE_SECONDS,
+      provisioner: provisionerIdentity(provisioner!.url),
+    });
     expect(classified!.waiting).toBeNull();
     const platform = new PlatformSimulator(database.t.db, {} as Queues, provisioner.url);
     const admitted = await platform.admitRootRun({ ...s, workdirPath: 'projects/x' });
     expect(admitted?.sandboxId).toBe(sandboxId);
 
-    const event = await reclaimOne({ db: database.t.db, provider }, classified!, settings());
+    const event = await reclaimOne(
+      { db: database.t.db, provider, provisioner: provisionerIdentity(provisioner!.url) },
+      classified!,
+      settings(),
+    );
 
     expect(event).toMatchObject({ kind: 'skipped', verdict: ReclaimVerdict.SCOPE_ACTIVE });
     expect(provisioner.sandbox(sandboxId)).toBeDefined();
@@ -298,19 +311,23 @@ describe('a scope that becomes active between the listing and the DELETE wins', 
 
   it('an admission racing the DELETE is refused until the DELETE is answered, and a forced record of the id too', async () => {
     const { s, sandboxId } = await dueLeak();
-    const [classified] = await classifyListing(
-      database.t.db,
-      await client.listSandboxes({ timeoutMs: 5_000 }),
-      {
-        graceSeconds: GRACE_SECONDS,
-      },
-    );
+    const {
+      sandboxes: [classified],
+    } = await classifyListing(database.t.db, await client.listSandboxes({ timeoutMs: 5_000 }), {
+      graceSeconds: GRACE_SECONDS,
+      provisioner: provisionerIdentity(provisioner!.url),
+    });
     provisioner.setFault(sandboxId, { hang: true });
-    const reclaiming = reclaimOne({ db: database.t.db, provider }, classified!, settings());
+    const reclaiming = reclaimOne(
+      { db: database.t.db, provider, provisioner: provisionerIdentity(provisioner!.url) },
+      classified!,
+      settings(),
+    );
     // The DELETE is at the provisioner (hanging): the guard has recorded the delete in flight.
-    const deadline = Date.now() + 10_000;
-    while (!provisioner.audit().some((entry) => entry.method === 'DELETE') && Date.now() < deadline)
-      await sleep(20);
+    await provisioner.waitForRequest(
+      (entry) => entry.method === 'DELETE' && entry.sandboxId === sandboxId,
+      10_000,
+    );
     const platform = new PlatformSimulator(database.t.db, {} as Queues, provisioner.url);
     expect(await platform.admitRootRun({ ...s, workdirPath: 'projects/x' })).toBeUndefined();
     expect(await PlatformSimulator.isBlocked(database.t.db, s)).toBe(true);
@@ -322,24 +339,32 @@ describe('a scope that becomes active between the listing and the DELETE wins', 
     provisioner.clearFaults(sandboxId);
     expect(await reclaiming).toMatchObject({ kind: 'reclaimed' });
     expect(provisioner.sandbox(sandboxId)).toBeUndefined();
-    // Answered: the scope is free again, and the new run gets a new sandbox.
+    // Answered: the scope is free again. The platform's listing gives no generation, so nothing
+    // tells a fresh container of this id from the one just deleted (another scope deriving the
+    // same id may have been handed it during the DELETE): its record waits out the attempt's hold
+    // (the delete window plus margin), then the new run gets its new sandbox.
     expect(await PlatformSimulator.isBlocked(database.t.db, s)).toBe(false);
-    const admitted = await platform.admitRootRun({ ...s, workdirPath: 'projects/x' });
-    expect(admitted).toBeDefined();
+    const refusedRecord = await rejectionOf(platform.admitRootRun({ ...s, workdirPath: 'projects/x' }));
+    expect((refusedRecord as { code?: string }).code).toBe('55006');
+    await letTimePass(database.t.db, 15 + 5 + 5 + 10 + 1);
+    await platform.acquireSandbox({ ...s, workdirPath: 'projects/x' });
     expect(provisioner.sandbox(sandboxId)).toBeDefined();
   });
 
   it('a pending fence raised after the listing: the guard refuses', async () => {
     const { s, sandboxId } = await dueLeak();
-    const [classified] = await classifyListing(
-      database.t.db,
-      await client.listSandboxes({ timeoutMs: 5_000 }),
-      {
-        graceSeconds: GRACE_SECONDS,
-      },
-    );
+    const {
+      sandboxes: [classified],
+    } = await classifyListing(database.t.db, await client.listSandboxes({ timeoutMs: 5_000 }), {
+      graceSeconds: GRACE_SECONDS,
+      provisioner: provisionerIdentity(provisioner!.url),
+    });
     await runIn(s, 'completed', true);
-    const event = await reclaimOne({ db: database.t.db, provider }, classified!, settings());
+    const event = await reclaimOne(
+      { db: database.t.db, provider, provisioner: provisionerIdentity(provisioner!.url) },
+      classified!,
+      settings(),
+    );
     expect(event).toMatchObject({ kind: 'skipped', verdict: ReclaimVerdict.SCOPE_FENCED });
     expect(provisioner.sandbox(sandboxId)).toBeDefined();
   });
@@ -379,7 +404,7 @@ describe('bounds', () => {
     expect(((await rejectionOf(run({ maxSharePercent: 50 }))) as ReclaimRefusedError).reason).toBe(
       ReclaimRefusal.NO_KNOWN_SANDBOXES,
     );
-    await sleep(GRACE_SECONDS * 1000 + 300);
+    await letTimePass(database.t.db, GRACE_SECONDS + 1);
     expect(((await rejectionOf(run({ maxSharePercent: 50 }))) as ReclaimRefusedError).reason).toBe(
       ReclaimRefusal.NO_KNOWN_SANDBOXES,
     );
@@ -399,9 +424,12 @@ describe('bounds', () => {
     await fetch(new URL('/api/sandboxes/sbx-small-1', provisioner.url), { method: 'DELETE' });
     await fetch(new URL('/api/sandboxes/sbx-small-2', provisioner.url), { method: 'DELETE' });
     await fetch(new URL('/api/sandboxes/sbx-small-3', provisioner.url), { method: 'DELETE' });
-    await sleep(400);
+    await eventually(
+      'the three to be gone',
+      async () => (await client.listSandboxes({ timeoutMs: 5_000 })).length === 2,
+    );
     await run({ maxSharePercent: 50 });
-    await sleep(GRACE_SECONDS * 1000 + 300);
+    await letTimePass(database.t.db, GRACE_SECONDS + 1);
     expect((await run({ maxSharePercent: 50 })).reclaimed).toBe(1);
     expect(provisioner.sandbox('sbx-small-0')).toBeUndefined();
     expect(provisioner.sandbox(knownId)).toBeDefined();

@@ -27,6 +27,7 @@ beforeAll(async () => {
   direct.host = `127.0.0.1:${proxy.port}`;
   proxied = await openDatabase({
     url: direct.toString(),
+    driver: fixture.t.driver,
     wsProxy: fixture.t.wsProxy,
     maxConnections: 2,
     lockTimeoutMs: 5_000,

@@ -9,7 +9,7 @@ import type { ReleaseCommand } from '../../functions/adapters/messages.ts';
 import { createTelemetry } from '../../functions/adapters/observability.ts';
 import { QueueName } from '../../functions/adapters/queues.ts';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
-import { DELETE_IN_FLIGHT_MARGIN_SECONDS } from '../../functions/cleanup/release-guard.ts';
+import { DELETE_IN_FLIGHT_MARGIN_SECONDS } from '../../functions/cleanup/guarded-delete.ts';
 import { createProvider, createReleaseHandler } from '../../functions/release/handler.ts';
 import { type LocalProvisioner, startProvisioner } from '../../infra/local/provisioner/server.ts';
 import { useDatabaseFixture, useSqsFixture } from '../support/fixtures.ts';

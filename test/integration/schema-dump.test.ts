@@ -21,7 +21,9 @@ afterAll(async () => {
 describe('the committed schema dump', () => {
   it('is what a freshly migrated database has (else: npm run schema:dump)', async () => {
     const committed = await readFile(SCHEMA_FILE, 'utf8');
-    expect(await dumpSchema(t.db), 'infra/schema.sql is out of date: run npm run schema:dump').toBe(committed);
+    expect(await dumpSchema(t.db), 'infra/schema.sql is out of date: run npm run schema:dump').toBe(
+      committed,
+    );
   });
 
   it('sees a change to any kind of object it lists (negative control)', async () => {

@@ -79,18 +79,19 @@ describe('the reclaimer asks the decisions’ rules', () => {
     const s = await finishedRootRun(fixture.t.db, { generation: 4 });
     await staleReleaseMark(s);
 
-    const [classified] = await classifyListing(
-      fixture.t.db,
-      [{ sandboxId: s.sandboxId, generation: 4, status: 'running' }],
-      { graceSeconds: 0 },
-    );
+    const {
+      sandboxes: [classified],
+    } = await classifyListing(fixture.t.db, [{ sandboxId: s.sandboxId, generation: 4, status: 'running' }], {
+      graceSeconds: 0,
+      provisioner: 'http://provisioner.test',
+    });
     expect(classified!.owners).toEqual([expect.objectContaining({ generation: 4, released: false })]);
   });
 
   it('the reclaim guard runs as an autocommit statement under the default isolation (READ COMMITTED)', async () => {
     // Refused under REPEATABLE READ: test/integration/isolation.test.ts.
     const { rows } = await fixture.t.db.query<{ verdict: string }>(
-      `SELECT verdict FROM runtime_cleanup_begin_reclaim($1::text, 1, 0, 60, 'token', 2000)`,
+      `SELECT verdict FROM runtime_cleanup_begin_reclaim($1::text, 1, true, 0, 60, 'token', 2000)`,
       [`sbx-${randomUUID()}`],
     );
     expect(rows[0]!.verdict).toBe('not_sighted');

@@ -271,6 +271,28 @@ describe('each function carries only what it uses', () => {
   });
 });
 
+describe('bundle size', () => {
+  /** Bytes of a bundle that come from one package, by esbuild's `// <source path>` markers. */
+  function bytesFrom(bundle: string, packageName: string): number {
+    const marks = [...bundle.matchAll(/^\/\/ (\S+\.(?:[cm]?[jt]s|json))$/gm)];
+    let bytes = 0;
+    marks.forEach((mark, index) => {
+      if (!mark[1]!.startsWith(`node_modules/${packageName}/`)) return;
+      const end = marks[index + 1]?.index ?? bundle.length;
+      bytes += Buffer.byteLength(bundle.slice(mark.index, end));
+    });
+    return bytes;
+  }
+
+  it('carries zod’s tree-shaken mini build: under 150 KB of each bundle (the classic build was 786 KB of every one)', () => {
+    for (const key of FUNCTION_KEYS) {
+      const zod = bytesFrom(bundles.get(key)!, 'zod');
+      expect(zod, key).toBeGreaterThan(0);
+      expect(zod, key).toBeLessThan(150_000);
+    }
+  });
+});
+
 describe('the connection budget', () => {
   it('bounds every function’s concurrency, from infra/queues.json', () => {
     for (const key of ['fenceCheck', 'release', 'finalize'] as const) {
@@ -303,10 +325,17 @@ describe('the connection budget', () => {
 
   it('refuses to package, naming each share, when the functions could open more than DATABASE_MAX_CONNECTIONS', async () => {
     const total = connectionBudget(CONFIG_DEFAULTS.DATABASE_MAX_CONNECTIONS).total;
-    const run = await runPackage(['--stage', STAGE, '--package', join(workDir, 'over-budget')], {
-      home,
-      env: { DATABASE_MAX_CONNECTIONS: String(total - 1) },
-    });
+    const run = await runPackage(
+      [
+        '--stage',
+        STAGE,
+        '--package',
+        join(workDir, 'over-budget'),
+        '--param',
+        `DATABASE_MAX_CONNECTIONS=${total - 1}`,
+      ],
+      { home },
+    );
     expect(run.code).not.toBe(0);
     expect(run.output).toContain(
       `DATABASE_MAX_CONNECTIONS="${total - 1}" is invalid: must be at least what the functions can open together`,
@@ -537,6 +566,7 @@ describe('the bundles against a real database and a real SSM endpoint', () => {
       EVENT: '{}',
       TIMES: '2',
       AWS_ENDPOINT_URL_SSM: ssm.endpoint,
+      DATABASE_DRIVER: t.driver,
       DATABASE_WS_PROXY: t.wsProxy,
     });
 
@@ -559,11 +589,26 @@ describe('the bundles against a real database and a real SSM endpoint', () => {
     if (password) expect(run.stdout + run.stderr).not.toContain(password);
   });
 
+  it('open the URL read from SSM with the driver its host calls for when DATABASE_DRIVER is unset: tcp for a self-hosted PostgreSQL', async () => {
+    // No bridge and no DATABASE_DRIVER: the Neon driver could not reach this loopback PostgreSQL
+    // at all (its WebSocket would go to the host's /v2), so an answer proves the tcp driver ran.
+    ssm.put(DATABASE_URL_PARAMETER, { type: 'SecureString', value: t.url });
+    const run = await runBundle('sweeper', INVOKE, {
+      EVENT: '{}',
+      AWS_ENDPOINT_URL_SSM: ssm.endpoint,
+      // Empty is unset, whatever a stage's template puts there.
+      DATABASE_DRIVER: '',
+    });
+    expect(run.code, run.stderr).toBe(0);
+    expect(outcomes(run), run.stdout).toMatchObject([{ ok: true, result: { failed: [] } }]);
+  });
+
   it('start fence-check, finalize and the sweeper with a broken SANDBOX_PROVISIONER_URL; only release and the reclaimer refuse it, in one line', async () => {
     ssm.put(DATABASE_URL_PARAMETER, { type: 'SecureString', value: t.url });
     const broken = {
       SANDBOX_PROVISIONER_URL: 'not a url',
       AWS_ENDPOINT_URL_SSM: ssm.endpoint,
+      DATABASE_DRIVER: t.driver,
       DATABASE_WS_PROXY: t.wsProxy,
     };
     const runs = await Promise.all(

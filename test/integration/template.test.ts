@@ -78,10 +78,11 @@ const CONTRACT_VARIABLES = [
 ];
 
 /**
- * Optional dependencies that ws require()s inside try/catch, falling back to plain JavaScript
- * when they are absent (as they are here and in Lambda).
+ * Optional dependencies required inside try/catch and absent here and in Lambda: ws's speed-ups
+ * (it falls back to plain JavaScript), and node-postgres's native binding, reached only through
+ * `pg.native`, which nothing here reads (excluded in serverless.yml).
  */
-const OPTIONAL_REQUIRES = new Set(['bufferutil', 'utf-8-validate']);
+const OPTIONAL_REQUIRES = new Set(['bufferutil', 'utf-8-validate', 'pg-native']);
 
 const HANDLER_PATHS: Record<FunctionKey, string> = {
   fenceCheck: 'functions/fence-check/handler.mjs',
@@ -147,10 +148,17 @@ describe('npm run package', () => {
   });
 
   it('refuses to package a release timeout that does not outlive SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS', async () => {
-    const run = await runPackage(['--stage', STAGE, '--package', join(workDir, 'refused')], {
-      home: join(workDir, 'home'),
-      env: { SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS: String(FUNCTION_DEFINITIONS.release.timeoutSeconds) },
-    });
+    const run = await runPackage(
+      [
+        '--stage',
+        STAGE,
+        '--package',
+        join(workDir, 'refused'),
+        '--param',
+        `SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS=${FUNCTION_DEFINITIONS.release.timeoutSeconds}`,
+      ],
+      { home: join(workDir, 'home') },
+    );
     expect(run.code).not.toBe(0);
     expect(run.output).toContain(
       `functions.release.timeoutSeconds (${FUNCTION_DEFINITIONS.release.timeoutSeconds}) must be at least SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS`,
@@ -158,10 +166,17 @@ describe('npm run package', () => {
   });
 
   it('refuses database timeouts that a hung database would make outlive a consumer’s deadline', async () => {
-    const run = await runPackage(['--stage', STAGE, '--package', join(workDir, 'refused-database')], {
-      home: join(workDir, 'home'),
-      env: { DATABASE_QUERY_TIMEOUT_MS: '40000' },
-    });
+    const run = await runPackage(
+      [
+        '--stage',
+        STAGE,
+        '--package',
+        join(workDir, 'refused-database'),
+        '--param',
+        'DATABASE_QUERY_TIMEOUT_MS=40000',
+      ],
+      { home: join(workDir, 'home') },
+    );
     expect(run.code).not.toBe(0);
     expect(run.output).toContain(
       `functions.fenceCheck.timeoutSeconds (${FUNCTION_DEFINITIONS.fenceCheck.timeoutSeconds}) must be at least DATABASE_CONNECT_TIMEOUT_MS + DATABASE_QUERY_TIMEOUT_MS + the report margin (50 s)`,
@@ -169,10 +184,17 @@ describe('npm run package', () => {
   });
 
   it('refuses a configuration value the functions would refuse at cold start, naming it', async () => {
-    const run = await runPackage(['--stage', STAGE, '--package', join(workDir, 'refused-config')], {
-      home: join(workDir, 'home'),
-      env: { CLEANUP_RETRY_BASE_SECONDS: 'ten' },
-    });
+    const run = await runPackage(
+      [
+        '--stage',
+        STAGE,
+        '--package',
+        join(workDir, 'refused-config'),
+        '--param',
+        'CLEANUP_RETRY_BASE_SECONDS=ten',
+      ],
+      { home: join(workDir, 'home') },
+    );
     expect(run.code).not.toBe(0);
     expect(run.output).toContain('CLEANUP_RETRY_BASE_SECONDS="ten" is invalid: must be a positive integer');
   });
@@ -428,6 +450,23 @@ describe('alarms', () => {
     expect(cfn.alarmOnQueue('ApproximateAgeOfOldestMessage', 'runtime-release.fifo')).toBeDefined();
   });
 
+  it('page at the first DELETE refused because SANDBOX_PROVISIONER_URL is not the provisioner, from either function', () => {
+    const [, alarm] =
+      cfn
+        .alarms()
+        .find(([, candidate]) =>
+          cfn.customMetricsOfAlarm(candidate).includes(MetricName.PROVISIONER_URL_UNVERIFIED),
+        ) ?? [];
+    expect(alarm).toMatchObject({
+      Threshold: 0,
+      ComparisonOperator: 'GreaterThanThreshold',
+      EvaluationPeriods: 1,
+    });
+    // Summed over every function that emits it (release and reclaimer), not one series.
+    const [query] = alarm!.Metrics as Array<{ Expression: string }>;
+    expect(query!.Expression).not.toContain('function');
+  });
+
   it('page when reclaim runs are refused and when a leak outlives its grace by three intervals', () => {
     const byMetric = new Map(
       cfn
@@ -633,6 +672,7 @@ describe('the sweeper bundle against a real database', () => {
       env: lambdaEnvironment('sweeper', {
         BUNDLE: join(taskDirs.get('sweeper')!, HANDLER_PATHS.sweeper),
         DATABASE_URL: t.url,
+        DATABASE_DRIVER: t.driver,
         DATABASE_WS_PROXY: t.wsProxy,
       }),
     });

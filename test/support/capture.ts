@@ -3,6 +3,19 @@
  * stderr while `work` runs (hidden from the test output), and the EMF metric documents among them.
  */
 export async function captureStdout(work: () => Promise<void>): Promise<Record<string, unknown>[]> {
+  return jsonLines(await captureOutput(work));
+}
+
+/** The JSON lines of captured output, parsed. */
+export function jsonLines(output: string): Record<string, unknown>[] {
+  return output
+    .split('\n')
+    .filter((line) => line.startsWith('{'))
+    .map((line) => JSON.parse(line) as Record<string, unknown>);
+}
+
+/** Everything written to stdout and stderr while `work` runs, as one text (hidden from the test output). */
+export async function captureOutput(work: () => Promise<void>): Promise<string> {
   const streams = [process.stdout, process.stderr];
   const originals = streams.map((stream) => stream.write.bind(stream));
   let buffer = '';
@@ -19,10 +32,7 @@ export async function captureStdout(work: () => Promise<void>): Promise<Record<s
       stream.write = originals[index]!;
     });
   }
-  return buffer
-    .split('\n')
-    .filter((line) => line.startsWith('{'))
-    .map((line) => JSON.parse(line) as Record<string, unknown>);
+  return buffer;
 }
 
 /** The metrics of EMF documents, one entry per metric, with its dimensions' values. */

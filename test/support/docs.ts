@@ -76,7 +76,7 @@ export function documentedColumns(sql: readonly string[]): DocumentedColumn[] {
         table = undefined;
         continue;
       }
-      const column = /^\s+(\w+)\s+(bigint|integer|text|boolean|timestamptz)\b/.exec(line);
+      const column = /^\s+(\w+)\s+(bigint|integer|text|boolean|timestamptz|double precision)\b/.exec(line);
       if (table && column && column[1] !== 'primary') {
         columns.push({ table, column: column[1]!, type: column[2]! });
       }

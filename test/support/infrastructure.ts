@@ -3,6 +3,7 @@ import type { FunctionKey } from '../../functions/adapters/connection-budget.ts'
 import type { Database } from '../../functions/adapters/database.ts';
 import type { Infrastructure } from '../../functions/adapters/infrastructure.ts';
 import type { Telemetry } from '../../functions/adapters/observability.ts';
+import { provisionerTokenSource } from '../../functions/adapters/provisioner-token.ts';
 import type { Queues } from '../../functions/adapters/queues.ts';
 
 /**
@@ -28,6 +29,7 @@ export function testInfrastructure(parts: {
     },
     database: async () => db,
     queues: () => queues,
+    provisionerToken: () => provisionerTokenSource(config),
     ...(parts.maxReceiveCounts ? { maxReceiveCounts: parts.maxReceiveCounts } : {}),
   };
 }

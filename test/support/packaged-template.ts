@@ -173,3 +173,28 @@ export function substituteForInspection(value: unknown): string {
   if (typeof text !== 'string') throw new Error('not an Fn::Sub');
   return text.replace(/\$\{([^}]+)\}/g, '<$1>');
 }
+
+/**
+ * The template as JSON text with the one part that differs between two packagings of the same
+ * commit replaced: osls names each packaging's artifact folder after the time it ran
+ * (`serverless/<service>/<stage>/<epoch ms>-<ISO time>/fenceCheck.zip`). Everything else must
+ * match byte for byte.
+ */
+export function comparableTemplate(template: CfnTemplate): string {
+  return JSON.stringify(template, null, 1).replace(
+    /("S3Key": "serverless\/[^/]+\/[^/]+\/)\d+-[^/]+(\/)/g,
+    '$1<packaged at>$2',
+  );
+}
+
+/** The zips of two packagings, compared byte for byte: the functions whose zips differ. */
+export async function differingArtifacts(a: PackagedService, b: PackagedService): Promise<string[]> {
+  const keys = [...new Set([...a.artifacts.keys(), ...b.artifacts.keys()])].sort();
+  const differing: string[] = [];
+  for (const key of keys) {
+    const left = a.artifacts.get(key);
+    const right = b.artifacts.get(key);
+    if (!left || !right || !(await readFile(left)).equals(await readFile(right))) differing.push(key);
+  }
+  return differing;
+}

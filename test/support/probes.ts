@@ -182,10 +182,14 @@ export interface ProvisionedRun extends Scenario {
 export async function createSandboxAt(
   provisionerUrl: string,
   body: { sandboxId: string; threadId: string; uid: string },
+  token?: string,
 ): Promise<number> {
   const response = await fetch(new URL('/api/sandboxes', provisionerUrl), {
     method: 'POST',
-    headers: { 'content-type': 'application/json' },
+    headers: {
+      'content-type': 'application/json',
+      ...(token !== undefined ? { authorization: `Bearer ${token}` } : {}),
+    },
     body: JSON.stringify({ sandbox_id: body.sandboxId, thread_id: body.threadId, user_id: body.uid }),
   });
   if (response.status !== 200 && response.status !== 201) {

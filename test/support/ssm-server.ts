@@ -30,6 +30,16 @@ export interface LocalSsm {
   close(): Promise<void>;
 }
 
+/**
+ * What a deployed function's SDK client reads from its environment besides the endpoint override
+ * (AWS_ENDPOINT_URL_SSM): a region and credentials, which this server does not check.
+ */
+export const SDK_ENV = {
+  AWS_REGION: 'us-east-1',
+  AWS_ACCESS_KEY_ID: 'test-access-key',
+  AWS_SECRET_ACCESS_KEY: 'test-secret-key',
+} as const;
+
 const TARGET = 'AmazonSSM.GetParameter';
 
 function reply(response: ServerResponse, status: number, body: unknown): void {

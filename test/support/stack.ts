@@ -12,10 +12,12 @@ import {
   PurgeQueueCommand,
   ReceiveMessageCommand,
 } from '@aws-sdk/client-sqs';
-import { deadLetterQueueName } from '../../functions/adapters/queues.ts';
+import type { Executor } from '../../functions/adapters/database.ts';
+import { deadLetterQueueName, QueueName } from '../../functions/adapters/queues.ts';
 import { PlatformSimulator } from '../../infra/local/platform.ts';
 import { type Stack, type StackOptions, startStack } from '../../infra/local/stack.ts';
 import type { TestDatabase } from './database.ts';
+import { fenceOf } from './factories.ts';
 
 export interface TestStack extends Stack {
   platform: PlatformSimulator;
@@ -46,7 +48,8 @@ export async function startTestStack(
   const errors: Array<{ source: string; message: string }> = [];
   const stack = await startStack({
     onError: (error, source) => errors.push({ source, message: error.message }),
-    env: { ...FAST_RETRY_ENV, ...options.env },
+    // The run's driver, through the variable the stack reads (its configuration is this env alone).
+    env: { DATABASE_DRIVER: t.driver, ...FAST_RETRY_ENV, ...options.env },
     databaseUrl: t.url,
     wsProxy: t.wsProxy,
     sqsPort: 0,
@@ -103,7 +106,9 @@ export async function startTestStack(
     ...stack,
     dataDir,
     errors,
-    platform: new PlatformSimulator(stack.db, stack.queues, stack.provisionerUrl),
+    platform: new PlatformSimulator(stack.db, stack.queues, stack.provisionerUrl, {
+      token: stack.config.provisionerToken,
+    }),
     queueUrl,
     peek: (name, peekOptions) => peek(name, peekOptions?.waitMs ?? 0),
     drain,
@@ -137,5 +142,39 @@ export async function eventually<T>(
   }
   throw new Error(
     `timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`,
+  );
+}
+
+/** Waits until none of these runs' fences is pending. */
+export async function fencesCleared(
+  db: Executor,
+  runIds: readonly string[],
+  timeoutMs = 30_000,
+): Promise<void> {
+  await eventually(
+    'every fence to clear',
+    async () => {
+      for (const runId of runIds) if (await fenceOf(db, runId)) return false;
+      return true;
+    },
+    timeoutMs,
+  );
+}
+
+/** Waits until the release of each of these runs is in the release queue's DLQ; returns the letters. */
+export function releaseDeadLetters(
+  stack: TestStack,
+  runIds: readonly string[],
+  timeoutMs = 30_000,
+): Promise<Message[]> {
+  return eventually(
+    'every release in its DLQ',
+    async () => {
+      const found = (await stack.deadLetters(QueueName.RUNTIME_RELEASE)).filter((letter) =>
+        runIds.some((runId) => letter.Body?.includes(runId)),
+      );
+      return found.length === runIds.length ? found : undefined;
+    },
+    timeoutMs,
   );
 }

@@ -1,3 +1,4 @@
+import { loadConfig } from '../../functions/adapters/config.ts';
 import { type Database, openDatabase } from '../../functions/adapters/database.ts';
 import { DatabaseUnavailableError } from '../../functions/adapters/errors.ts';
 import { isCleanupError } from '../../functions/cleanup/errors.ts';
@@ -29,6 +30,8 @@ interface Summary {
 
 const env = process.env;
 const url = required('STORM_DATABASE_URL');
+/** The driver under the storm (DATABASE_DRIVER's values), and the bridge the `neon` one goes through. */
+const driver = loadConfig({ DATABASE_DRIVER: required('STORM_DRIVER') }).databaseDriver;
 const wsProxy = required('STORM_WS_PROXY');
 const workers = Number(env.STORM_WORKERS ?? '30');
 const freshWorkers = Number(env.STORM_FRESH_WORKERS ?? '6');
@@ -147,6 +150,7 @@ async function main(): Promise<void> {
   // The seed goes through a handle of its own that the storm does not target.
   const seeder = await openDatabase({
     url: required('STORM_SEED_URL'),
+    driver,
     wsProxy,
     maxConnections: 1,
     ...timeouts,
@@ -154,7 +158,7 @@ async function main(): Promise<void> {
   const scopes = await seed(seeder);
   await seeder.end();
 
-  const shared = await openDatabase({ url, wsProxy, maxConnections: workers + 2, ...timeouts });
+  const shared = await openDatabase({ url, driver, wsProxy, maxConnections: workers + 2, ...timeouts });
   const started = performance.now();
   const until = started + durationMs;
   const cap = started + maxMs;
@@ -173,7 +177,7 @@ async function main(): Promise<void> {
         summary.operations += 1;
         let db: Database | undefined;
         try {
-          db = fresh ? await openDatabase({ url, wsProxy, maxConnections: 1, ...timeouts }) : shared;
+          db = fresh ? await openDatabase({ url, driver, wsProxy, maxConnections: 1, ...timeouts }) : shared;
           await operation(db, scope, turn);
           summary.succeeded += 1;
         } catch (error) {

@@ -4,7 +4,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { backoffSeconds } from '../../functions/adapters/backoff.ts';
+import { backoffSeconds } from '../../functions/cleanup/backoff.ts';
 
 const contractDefaults = { baseSeconds: 10, maxSeconds: 900 };
 const lowest = () => 0;

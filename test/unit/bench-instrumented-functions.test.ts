@@ -22,7 +22,9 @@ describe('the instrumented copies', () => {
       const notes = lines.flatMap((line, index) => (line.trim() === NOTE ? [index] : []));
       expect(notes.length, file.name).toBeGreaterThan(0);
       for (const index of notes) {
-        expect(lines[index - 1], file.name).toMatch(/PERFORM pg_advisory_xact_lock\(runtime_cleanup_lock_key\(/);
+        expect(lines[index - 1], file.name).toMatch(
+          /PERFORM pg_advisory_xact_lock\(runtime_cleanup_lock_key\(/,
+        );
       }
       expect(lines.filter((line) => line.trim() !== NOTE).join('\n'), file.name).toBe(file.sql);
     }

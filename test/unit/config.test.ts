@@ -12,6 +12,7 @@ import {
   validProvisionerUrl,
 } from '../../functions/adapters/config.ts';
 import { ConfigError, InfrastructureErrorCode } from '../../functions/adapters/errors.ts';
+import { provisionerTokenSource } from '../../functions/adapters/provisioner-token.ts';
 import { FUNCTION_DEFINITIONS, QUEUE_DEFINITIONS } from '../../functions/adapters/queues.ts';
 
 const POSITIVE_INTEGER_VARIABLES = [
@@ -290,6 +291,84 @@ describe('rules: a bad value is refused with one line naming the variable, the v
       }).databaseUrlParameter,
     ).toMatch(/^arn:aws:ssm:/);
   });
+});
+
+describe('the provisioner token (SANDBOX_PROVISIONER_TOKEN, SANDBOX_PROVISIONER_TOKEN_PARAMETER)', () => {
+  it('takes a bearer token, or the SSM parameter that holds one, and neither by default', () => {
+    expect(loadConfig({})).toMatchObject({
+      provisionerToken: undefined,
+      provisionerTokenParameter: undefined,
+    });
+    expect(loadConfig({ SANDBOX_PROVISIONER_TOKEN: ' abc.DEF-123_~+/== ' }).provisionerToken).toBe(
+      'abc.DEF-123_~+/==',
+    );
+    expect(
+      loadConfig({ SANDBOX_PROVISIONER_TOKEN_PARAMETER: '/runtime-cleanup/prod/sandbox-provisioner-token' })
+        .provisionerTokenParameter,
+    ).toBe('/runtime-cleanup/prod/sandbox-provisioner-token');
+  });
+
+  it('refuses both together: the token has one source', () => {
+    const error = configErrorOf({
+      SANDBOX_PROVISIONER_TOKEN: 'abc',
+      SANDBOX_PROVISIONER_TOKEN_PARAMETER: '/runtime-cleanup/prod/sandbox-provisioner-token',
+    });
+    expect(error.variable).toBe('SANDBOX_PROVISIONER_TOKEN_PARAMETER');
+    expect(error.message).toContain('must not be set together with SANDBOX_PROVISIONER_TOKEN');
+    expect(error.message).not.toContain('"abc"');
+  });
+
+  it.each([
+    ['a blank inside', 's3cr3t tok'],
+    ['a line break', 's3cr3t\nX-Injected: 1'],
+    ['a quote', 's3cr3t"'],
+  ])('refuses a token with %s, naming the variable and the rule, never the value', (_name, token) => {
+    const error = configErrorOf({ SANDBOX_PROVISIONER_TOKEN: token });
+    expect(error.variable).toBe('SANDBOX_PROVISIONER_TOKEN');
+    expect(error.message).toMatch(
+      /^SANDBOX_PROVISIONER_TOKEN="\*\*\*" is invalid: must be a token of RFC 6750's form/,
+    );
+    for (const text of [error.message, error.value, JSON.stringify(error.details)])
+      expect(text).not.toContain('s3cr3t');
+  });
+
+  it('refuses a parameter name SSM would refuse', () => {
+    expect(configErrorOf({ SANDBOX_PROVISIONER_TOKEN_PARAMETER: '/runtime cleanup/token' }).variable).toBe(
+      'SANDBOX_PROVISIONER_TOKEN_PARAMETER',
+    );
+  });
+
+  it('is refused, where SSM is not read, as a parameter alone, with the way to export it', () => {
+    const parameter = '/runtime-cleanup/prod/sandbox-provisioner-token';
+    const config = loadConfig({ SANDBOX_PROVISIONER_TOKEN_PARAMETER: parameter });
+    expect(() => provisionerTokenSource(config)).toThrow(
+      new RegExp(`SANDBOX_PROVISIONER_TOKEN.*is required here.*--name ${parameter}`),
+    );
+    expect(provisionerTokenSource(loadConfig({}))).toBeUndefined();
+    expect(provisionerTokenSource(loadConfig({ SANDBOX_PROVISIONER_TOKEN: 'abc' }))?.origin).toBe(
+      'SANDBOX_PROVISIONER_TOKEN',
+    );
+  });
+});
+
+describe('DATABASE_DRIVER (contract v1.2)', () => {
+  it('is neon or tcp as written (blanks trimmed); unset or empty leaves the choice to the URL’s host', () => {
+    expect(loadConfig({ DATABASE_DRIVER: 'neon' }).databaseDriver).toBe('neon');
+    expect(loadConfig({ DATABASE_DRIVER: ' tcp ' }).databaseDriver).toBe('tcp');
+    expect(loadConfig({}).databaseDriver).toBeUndefined();
+    expect(loadConfig({ DATABASE_DRIVER: '  ' }).databaseDriver).toBeUndefined();
+  });
+
+  it.each(['pg', 'Neon', 'TCP', 'postgres', 'neon,tcp'])(
+    'refuses %j in one line naming the variable, the value and the rule',
+    (value) => {
+      const error = configErrorOf({ DATABASE_DRIVER: value });
+      expect(error.variable).toBe('DATABASE_DRIVER');
+      expect(error.message).toBe(
+        `DATABASE_DRIVER=${JSON.stringify(value)} is invalid: must be 'neon' or 'tcp' (unset: 'neon' for a DATABASE_URL on Neon's hosts, *.neon.tech or *.postgres.vercel-storage.com, 'tcp' for any other)`,
+      );
+    },
+  );
 });
 
 describe('secrets', () => {

@@ -3,7 +3,11 @@
  * rule: what is accepted, and what refuses a whole reclaim run with which reason.
  */
 import { describe, expect, it } from 'vitest';
-import { refuseRunaway, SHARE_RULE_ALLOWANCE } from '../../functions/cleanup/reclaim.ts';
+import {
+  checkBrakes,
+  PAIRING_EVIDENCE_MAX_AGE_SECONDS,
+  SHARE_RULE_ALLOWANCE,
+} from '../../functions/cleanup/reclaim.ts';
 import {
   parseSandboxListing,
   ReclaimRefusal,
@@ -73,6 +77,11 @@ describe('parseSandboxListing', () => {
   });
 });
 
+/** The brakes with no pairing evidence: what a listing alone decides. */
+function refuseRunaway(listed: number, leaked: number, maxSharePercent: number, known: number) {
+  return checkBrakes({ listed, leaked, known, maxSharePercent, pairedAt: null });
+}
+
 describe('the share rule', () => {
   it(`applies at every fleet size, with an allowance of ${SHARE_RULE_ALLOWANCE}`, () => {
     expect(refusalOf(() => refuseRunaway(9, 9, 50, 1)).reason).toBe(ReclaimRefusal.SHARE_EXCEEDED);
@@ -95,5 +104,46 @@ describe('the share rule', () => {
     expect(refusalOf(() => refuseRunaway(2, 1, 99, 0)).reason).toBe(ReclaimRefusal.NO_KNOWN_SANDBOXES);
     expect(() => refuseRunaway(1000, 1000, 100, 0)).not.toThrow();
     expect(() => refuseRunaway(0, 0, 50, 0)).not.toThrow();
+  });
+
+  it('calls a listing healthy only when it passes both brakes on its own', () => {
+    expect(refuseRunaway(10, 2, 50, 8).healthy).toBe(true);
+    expect(refuseRunaway(0, 0, 50, 0).healthy).toBe(false);
+    expect(refuseRunaway(10, 10, 100, 0).healthy).toBe(false);
+    expect(refuseRunaway(10, 9, 100, 3).healthy).toBe(false);
+  });
+});
+
+describe('the brakes in a quiet fleet (issue 21, item 6)', () => {
+  const now = Date.parse('2026-12-02T04:00:00Z');
+  const hoursAgo = (hours: number) => new Date(now - hours * 3600_000);
+
+  it('lift for a listing no row knows, or over the share, when a recent healthy listing vouches for the pairing', () => {
+    // Every run ended at night: the only live sandboxes are three unrecorded leaks.
+    expect(
+      checkBrakes({ listed: 3, leaked: 3, known: 0, maxSharePercent: 50, pairedAt: hoursAgo(9), nowMs: now }),
+    ).toEqual({
+      brakeLifted: { brake: ReclaimRefusal.NO_KNOWN_SANDBOXES, pairedAt: hoursAgo(9).toISOString() },
+      healthy: false,
+    });
+    // Leaks the database still names (a forced clear whose DELETE was never sent), all of the listing.
+    expect(
+      checkBrakes({ listed: 5, leaked: 5, known: 5, maxSharePercent: 50, pairedAt: hoursAgo(60), nowMs: now })
+        .brakeLifted,
+    ).toEqual({ brake: ReclaimRefusal.SHARE_EXCEEDED, pairedAt: hoursAgo(60).toISOString() });
+  });
+
+  it('still refuse a wrong pairing: no evidence for this provisioner, or evidence too old', () => {
+    expect(
+      refusalOf(() =>
+        checkBrakes({ listed: 40, leaked: 40, known: 0, maxSharePercent: 50, pairedAt: null, nowMs: now }),
+      ).reason,
+    ).toBe(ReclaimRefusal.NO_KNOWN_SANDBOXES);
+    const stale = hoursAgo(PAIRING_EVIDENCE_MAX_AGE_SECONDS / 3600 + 1);
+    const refusal = refusalOf(() =>
+      checkBrakes({ listed: 40, leaked: 30, known: 10, maxSharePercent: 50, pairedAt: stale, nowMs: now }),
+    );
+    expect(refusal.reason).toBe(ReclaimRefusal.SHARE_EXCEEDED);
+    expect(refusal.message).toContain(stale.toISOString());
   });
 });

@@ -184,6 +184,30 @@ describe('redactConnectionString (redactUrl): one value that is a connection str
  * V8 handles strings that small far faster per byte (0.3 ms at 64 KB, 6 ms at 128 KB, measured on
  * a loaded machine), so a ratio from there measured the engine, not the scan.
  */
+describe('redactSecrets: bearer tokens', () => {
+  it.each([
+    [
+      'an Authorization header',
+      'Authorization: Bearer s3cr3t.tok-en_1~+/== sent',
+      'Authorization: Bearer *** sent',
+    ],
+    ['any case, several blanks', 'authorization: bearer   s3cr3t next', 'authorization: bearer   *** next'],
+    ['a JSON header echoed', '{"authorization":"Bearer s3cr3t"}', '{"authorization":"Bearer ***"}'],
+    ['two in one text', 'Bearer s3cr3tA then Bearer s3cr3tB', 'Bearer *** then Bearer ***'],
+  ])('hides %s', (_name, text, expected) => {
+    const redacted = redactSecrets(text);
+    expect(redacted).not.toContain('s3cr3t');
+    expect(redacted).toBe(expected);
+    expect(redactSecrets(redacted)).toBe(redacted);
+  });
+
+  it('leaves the word alone where no token follows it', () => {
+    for (const text of ['Bearer', 'a bearer-token scheme', 'bearer: ***', 'Bearer\nnext']) {
+      expect(redactSecrets(text)).toBe(text);
+    }
+  });
+});
+
 describe('redaction time on hostile input', () => {
   const KB = 1024;
   const repeat = (unit: string, size: number) => unit.repeat(Math.ceil(size / unit.length)).slice(0, size);
@@ -200,6 +224,8 @@ describe('redaction time on hostile input', () => {
     ['prefixed secret parameters', (size) => repeat('&X-Amz-Security-Token=a', size)],
     ['parameter names at the length limit', (size) => repeat(`&${'x-'.repeat(40)}key=`, size)],
     ['separators only', (size) => repeat('?&;=', size)],
+    ['bearer schemes without tokens', (size) => repeat('Bearer ', size)],
+    ['bearer tokens', (size) => repeat('Bearer a+b/c= ', size)],
     ['a long parameter name', (size) => `?${repeat('a', size)}`],
     ['mixed', (size) => repeat(`x://u:p?a&sig=1 passwd: 'q\\' "PGPASSWORD"=@/`, size)],
   ];

@@ -1,5 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { MAX_RESTARTS, nextRestart, trustedRestarts } from '../../functions/adapters/deferral.ts';
+import {
+  DEFERRALS,
+  MAX_RESTARTS,
+  nextRestart,
+  RESTARTS,
+  trustedCount,
+} from '../../functions/cleanup/chain-limits.ts';
 
 const POLICY = { baseSeconds: 10, maxSeconds: 900 };
 
@@ -19,12 +25,20 @@ describe('restarts of the chain at phase 1', () => {
     expect(delays.at(-1)).toBeGreaterThan(POLICY.baseSeconds);
   });
 
-  it('trusts a body count only with the same count in the attribute, and only within the bound', () => {
-    expect(trustedRestarts(3, '3')).toBe(3);
-    expect(trustedRestarts(3, undefined)).toBeUndefined();
-    expect(trustedRestarts(3, '2')).toBeUndefined();
-    expect(trustedRestarts(MAX_RESTARTS + 1, String(MAX_RESTARTS + 1))).toBeUndefined();
-    expect(trustedRestarts(0, '0')).toBeUndefined();
-    expect(trustedRestarts(undefined, '3')).toBeUndefined();
-  });
+  it.each([
+    ['restarts', RESTARTS],
+    ['deferrals', DEFERRALS],
+  ])(
+    'trusts a body count of %s only with the same count in its attribute, and only within its bound',
+    (_, kind) => {
+      expect(trustedCount(kind, 3, '3')).toBe(3);
+      expect(trustedCount(kind, 3, undefined)).toBeUndefined();
+      expect(trustedCount(kind, 3, '2')).toBeUndefined();
+      expect(trustedCount(kind, kind.max, String(kind.max))).toBe(kind.max);
+      expect(trustedCount(kind, kind.max + 1, String(kind.max + 1))).toBeUndefined();
+      expect(trustedCount(kind, 0, '0')).toBeUndefined();
+      expect(trustedCount(kind, undefined, '3')).toBeUndefined();
+      expect(trustedCount(kind, 3, '03x')).toBeUndefined();
+    },
+  );
 });

@@ -6,6 +6,8 @@
  */
 import { join } from 'node:path';
 import { type Database, openDatabase } from '../../../functions/adapters/database.ts';
+import type { DatabaseDriver } from '../../../functions/adapters/database-driver.ts';
+import { localConnection } from '../database.ts';
 import { startEmbeddedPostgres } from '../embedded-postgres.ts';
 import { PostgresInUseError } from '../errors.ts';
 
@@ -33,7 +35,8 @@ const LEFTOVER_DATABASES = `SELECT datname FROM pg_database WHERE datname ~ '^de
 export async function startDemoDatabase(options: {
   dataDir: string;
   name: string;
-  wsProxy: string;
+  /** DATABASE_DRIVER and DATABASE_WS_PROXY, as configured (either may be unset). */
+  configured: { driver: DatabaseDriver | undefined; wsProxy: string | undefined };
 }): Promise<DemoDatabase> {
   // CREATE DATABASE takes no parameters: the name is built by the caller from [a-z0-9_] only.
   if (!/^demo_[0-9a-f_]+$/.test(options.name)) throw new Error(`unsafe database name ${options.name}`);
@@ -49,7 +52,7 @@ export async function startDemoDatabase(options: {
   try {
     admin = await openDatabase({
       url: cluster.url,
-      wsProxy: options.wsProxy,
+      ...(await localConnection(cluster.url, options.configured)),
       maxConnections: 1,
       lockTimeoutMs: 5_000,
       statementTimeoutMs: 30_000,

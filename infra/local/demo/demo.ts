@@ -12,7 +12,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { type CleanupConfig, loadConfig, redactUrl } from '../../../functions/adapters/config.ts';
 import { type Database, openDatabase } from '../../../functions/adapters/database.ts';
 import { redactSecrets } from '../../../functions/adapters/redact.ts';
-import { startDatabaseBridge } from '../db-bridge.ts';
+import { closeLocalBridge, localConnection } from '../database.ts';
 import { PlatformSimulator } from '../platform.ts';
 import { seededRandom } from '../provisioner/faults.ts';
 import { isProcessAlive } from '../provisioner/server.ts';
@@ -125,7 +125,9 @@ export async function runDemo(options: DemoOptions, control: DemoControl): Promi
     throwIfAborted(control.signal);
 
     const provisioner = stack.provisioner;
-    const platform = new PlatformSimulator(services.platformDb, stack.queues, stack.provisionerUrl);
+    const platform = new PlatformSimulator(services.platformDb, stack.queues, stack.provisionerUrl, {
+      token: stack.config.provisionerToken,
+    });
     workload = new Workload({
       runs: options.runs,
       leaks: demoLeaks(options.runs),
@@ -175,6 +177,7 @@ export async function runDemo(options: DemoOptions, control: DemoControl): Promi
       leaked: workload.leaked,
       provisioner: stack.provisioner,
       provisionerUrl: stack.provisionerUrl,
+      provisionerToken: stack.config.provisionerToken,
       sqs: stack.sqs,
       createdQueues: stack.createdQueues,
     });
@@ -247,7 +250,8 @@ interface Services {
 /**
  * Starts what the demo runs on, each part pushed onto `teardown` as soon as it runs, so that a
  * failure or Ctrl-C halfway stops exactly what was started. Teardown runs in reverse: the
- * platform pool, the stack (consumers, sandboxes, emulator), PostgreSQL, then the bridge.
+ * platform pool, the stack (consumers, sandboxes, emulator), PostgreSQL, then the bridge (started
+ * only for DATABASE_DRIVER=neon on a loopback PostgreSQL).
  */
 async function startServices(input: {
   env: Record<string, string | undefined>;
@@ -260,9 +264,8 @@ async function startServices(input: {
   signal: AbortSignal;
 }): Promise<Services> {
   const { env, config, options, dataDir, say, teardown, signal } = input;
-  const bridge = await startDatabaseBridge();
-  teardown.push({ what: 'database bridge', run: () => bridge.close() });
-  const wsProxy = env.DATABASE_WS_PROXY ?? bridge.address;
+  teardown.push({ what: 'database bridge', run: closeLocalBridge });
+  const configured = { driver: config.databaseDriver, wsProxy: config.databaseWsProxy };
   let databaseUrl = config.databaseUrl;
   let postgres = `DATABASE_URL ${redactUrl(databaseUrl ?? '')}`;
   let postmasterPid: number | undefined;
@@ -271,7 +274,7 @@ async function startServices(input: {
     const database: DemoDatabase = await startDemoDatabase({
       dataDir,
       name: `demo_${input.stamp.replace('-', '_')}_${randomBytes(3).toString('hex')}`,
-      wsProxy: bridge.address,
+      configured,
     });
     teardown.push({ what: 'PostgreSQL', run: () => database.stop() });
     databaseUrl = database.url;
@@ -279,10 +282,11 @@ async function startServices(input: {
     postmasterPid = database.postmasterPid;
   }
   throwIfAborted(signal);
+  const connection = await localConnection(databaseUrl, configured);
   const stack = await startStack({
     env,
     databaseUrl,
-    wsProxy,
+    ...(connection.wsProxy ? { wsProxy: connection.wsProxy } : {}),
     // A free port, so the demo never collides with a running `npm run stack` on 4566.
     sqsPort: 0,
     dataDir,
@@ -300,7 +304,7 @@ async function startServices(input: {
   }
   const platformDb = await openDatabase({
     url: databaseUrl,
-    wsProxy,
+    ...connection,
     maxConnections: PLATFORM_POOL_SIZE,
     lockTimeoutMs: config.databaseLockTimeoutMs,
     statementTimeoutMs: config.databaseStatementTimeoutMs,
@@ -355,7 +359,11 @@ async function converge(input: {
     const logged = model.snapshot().fences;
     // The leaked sandboxes are the reclaimer's: converged once it has deleted every one of them.
     const leaksLive = await liveSandboxIds(
-      { provisioner: stack.provisioner, provisionerUrl: stack.provisionerUrl },
+      {
+        provisioner: stack.provisioner,
+        provisionerUrl: stack.provisionerUrl,
+        provisionerToken: stack.config.provisionerToken,
+      },
       leaked.map((leak) => leak.sandboxId),
     );
     if (pending.length === 0 && logged.pending === 0 && leaksLive.length === 0) return Date.now();

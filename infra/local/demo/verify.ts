@@ -67,6 +67,8 @@ export interface GroundTruthSources {
   leaked?: readonly LeakedSandbox[];
   provisioner: LocalProvisioner | undefined;
   provisionerUrl: string;
+  /** SANDBOX_PROVISIONER_TOKEN, for an external provisioner that requires it. */
+  provisionerToken?: string | undefined;
   sqs: SQSClient;
   createdQueues: ReadonlyMap<string, CreatedQueue>;
 }
@@ -114,7 +116,7 @@ async function liveSandboxesOf(sources: GroundTruthSources): Promise<string[]> {
 
 /** Which of these sandbox ids the provisioner still has. */
 export async function liveSandboxIds(
-  sources: Pick<GroundTruthSources, 'provisioner' | 'provisionerUrl'>,
+  sources: Pick<GroundTruthSources, 'provisioner' | 'provisionerUrl' | 'provisionerToken'>,
   sandboxIds: readonly string[],
 ): Promise<string[]> {
   const ids = new Set(sandboxIds);
@@ -127,7 +129,10 @@ export async function liveSandboxIds(
   // An external provisioner: ask it about each sandbox (docs/integration.md §3: GET answers 404 once gone).
   const live: string[] = [];
   for (const id of ids) {
-    const response = await fetch(new URL(`/api/sandboxes/${encodeURIComponent(id)}`, sources.provisionerUrl));
+    const response = await fetch(
+      `${sources.provisionerUrl.replace(/\/+$/, '')}/api/sandboxes/${encodeURIComponent(id)}`,
+      sources.provisionerToken ? { headers: { authorization: `Bearer ${sources.provisionerToken}` } } : {},
+    );
     await response.body?.cancel();
     if (response.status !== 404) live.push(id);
   }

@@ -1,3 +1,4 @@
+import { timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import {
   type ApiAnswer,
@@ -54,6 +55,8 @@ export interface PipelineDependencies {
    * sandbox in the other (the chaos suite serves one scope as the platform's provisioner would).
    */
   readonly modeOf?: (sandboxId: string) => ProvisionerMode;
+  /** When set, every API request must carry `Authorization: Bearer <token>`; others get a 401. */
+  readonly token?: string;
 }
 
 /**
@@ -85,6 +88,15 @@ export function createApiPipeline(deps: PipelineDependencies) {
       if (route.kind === 'method-not-allowed') {
         response.setHeader('allow', route.allow.join(', '));
         return sendJson(response, 405, { error: 'method not allowed' });
+      }
+      if (deps.token !== undefined && !carriesBearer(request, deps.token)) {
+        // As RFC 6750 answers a missing or wrong token; the request does nothing.
+        return sendJson(
+          response,
+          401,
+          { error: 'missing or invalid bearer token' },
+          { 'www-authenticate': 'Bearer realm="sandbox-provisioner"' },
+        );
       }
 
       const info = { method: entry.method, sandboxId, generation: entry.generation };
@@ -200,6 +212,16 @@ export function createApiPipeline(deps: PipelineDependencies) {
   }
 
   return { serve };
+}
+
+/** Whether the request's Authorization header is `Bearer <token>` (compared in constant time). */
+function carriesBearer(request: IncomingMessage, token: string): boolean {
+  const header = request.headers.authorization ?? '';
+  const match = /^Bearer +(\S+)\s*$/i.exec(header);
+  if (!match) return false;
+  const given = Buffer.from(match[1]!, 'utf8');
+  const expected = Buffer.from(token, 'utf8');
+  return given.length === expected.length && timingSafeEqual(given, expected);
 }
 
 /**

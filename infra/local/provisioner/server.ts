@@ -50,6 +50,11 @@ export interface ProvisionerOptions {
   readonly sandboxIgnoresSigterm?: boolean;
   /** `contract` (the default) or `platform`: see `ProvisionerMode`. */
   readonly mode?: ProvisionerMode;
+  /**
+   * A bearer token every sandbox API request must carry (`Authorization: Bearer <token>`), else
+   * 401; the `/_control/` routes stay open (they steer tests, on loopback only). Unset: no check.
+   */
+  readonly token?: string;
 }
 
 /** A running local provisioner (contract §3) whose sandboxes are real child processes. */
@@ -100,6 +105,7 @@ const optionsSchema = z.strictObject({
   auditLimit: z.number().int().positive().optional(),
   sandboxIgnoresSigterm: z.boolean().optional(),
   mode: z.enum([PROVISIONER_MODE.contract, PROVISIONER_MODE.platform]).optional(),
+  token: z.string().min(1).optional(),
 });
 
 /** Starts a provisioner; it listens before this resolves. Throws on invalid options. */
@@ -122,7 +128,16 @@ export async function startProvisioner(options: ProvisionerOptions): Promise<Loc
   const mode = options.mode ?? PROVISIONER_MODE.contract;
   const sandboxModes = new Map<string, ProvisionerMode>();
   const modeOf = (sandboxId: string) => sandboxModes.get(sandboxId) ?? mode;
-  const pipeline = createApiPipeline({ registry, faults, audit, listeners, urlOf, mode, modeOf });
+  const pipeline = createApiPipeline({
+    registry,
+    faults,
+    audit,
+    listeners,
+    urlOf,
+    mode,
+    modeOf,
+    ...(options.token !== undefined ? { token: options.token } : {}),
+  });
 
   const server = createServer((request, response) => {
     // An aborted upload emits 'error' on the request; unheard, it would crash the provisioner.

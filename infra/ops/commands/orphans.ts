@@ -4,8 +4,16 @@
  * why, and what is leaked but still waiting (and for what). Records nothing, deletes nothing.
  */
 import { requireProvisionerUrl } from '../../../functions/adapters/config.ts';
-import { ProvisionerClient } from '../../../functions/adapters/provisioner-client.ts';
-import { type ClassifiedSandbox, planOrphans, type ReclaimPlan } from '../../../functions/cleanup/reclaim.ts';
+import { openProvisionerClient } from '../../../functions/adapters/open-provisioner.ts';
+import type { ProvisionerClient } from '../../../functions/adapters/provisioner-client.ts';
+import { provisionerTokenSource } from '../../../functions/adapters/provisioner-token.ts';
+import {
+  type ClassifiedSandbox,
+  planOrphans,
+  provisionerIdentity,
+  type ReclaimPlan,
+  type SettingsOfRecord,
+} from '../../../functions/cleanup/reclaim.ts';
 import { ReclaimRefusal, ReclaimRefusedError } from '../../../functions/cleanup/reclaim-listing.ts';
 import { reclaimSettings } from '../../../functions/reclaimer/handler.ts';
 import type { Command, CommandOutput } from '../command.ts';
@@ -42,9 +50,44 @@ export function orphanView(sandbox: ClassifiedSandbox): OrphanView {
   };
 }
 
-export function renderOrphans(plan: ReclaimPlan): string {
+/** What the run applies of the deployment's settings of record, for `--json` and for people. */
+export function settingsView(settings: SettingsOfRecord): {
+  graceSeconds: number;
+  runtimeCleanupTimeoutSeconds: number;
+  provisionerDeleteTimeoutSeconds: number;
+  maxSharePercent: number;
+  maxPerRun: number;
+  tightened: string[];
+  recorded: SettingsOfRecord['recorded'];
+} {
+  const { effective } = settings;
+  return {
+    graceSeconds: effective.graceSeconds,
+    runtimeCleanupTimeoutSeconds: effective.runtimeCleanupTimeoutMs / 1000,
+    provisionerDeleteTimeoutSeconds: effective.provisionerDeleteTimeoutSeconds,
+    maxSharePercent: effective.maxSharePercent,
+    maxPerRun: effective.maxPerRun,
+    tightened: settings.tightened,
+    recorded: settings.recorded,
+  };
+}
+
+/** One line on the settings a run applies, and where they come from. */
+export function renderSettings(settings: SettingsOfRecord): string {
+  const by = settings.recorded[0];
+  const source = by
+    ? `the deployment's settings of record (recorded by ${by.recordedBy} at ${by.recordedAt})${settings.tightened.length ? `, which are stricter than this shell's in ${settings.tightened.join(', ')}` : ''}`
+    : "this shell's configuration: no deployment has recorded its settings in this database";
+  const { effective } = settings;
+  return `Settings: grace ${effective.graceSeconds} s, release bound ${effective.runtimeCleanupTimeoutMs / 1000} s, delete timeout ${effective.provisionerDeleteTimeoutSeconds} s, at most ${effective.maxSharePercent}% of a listing leaked and ${effective.maxPerRun} per run, from ${source}.`;
+}
+
+export function renderOrphans(plan: ReclaimPlan & { settings?: SettingsOfRecord }): string {
   const due = new Set(plan.due.map((sandbox) => sandbox.sandboxId));
-  const heading = `${plural(plan.listed, 'live sandbox', 'live sandboxes')} listed, ${plan.leaked.length} leaked, ${plan.due.length} due now${plan.deferred ? ` (${plan.deferred} more over RECLAIM_MAX_PER_RUN)` : ''}`;
+  const lifted = plan.brakeLifted
+    ? `\nBrake ${plan.brakeLifted.brake} lifted: a healthy listing of this provisioner confirmed its pairing with this database at ${plan.brakeLifted.pairedAt}.`
+    : '';
+  const heading = `${plural(plan.listed, 'live sandbox', 'live sandboxes')} listed, ${plan.leaked.length} leaked, ${plan.due.length} due now${plan.deferred ? ` (${plan.deferred} more over RECLAIM_MAX_PER_RUN)` : ''}${plan.settings ? `\n${renderSettings(plan.settings)}` : ''}${lifted}`;
   if (!plan.leaked.length) return `${heading}.`;
   const table = renderTable(
     ['SANDBOX', 'GEN', 'SCOPE', 'WHY LEAKED', 'SEEN LEAKED SINCE', 'STATE'],
@@ -73,9 +116,21 @@ export function refusedOutput(error: ReclaimRefusedError): CommandOutput {
   };
 }
 
-/** The provisioner the functions use; the CLI requires it (it has no built-in one to fall back to). */
-export function opsProvisioner(context: OpsContext): ProvisionerClient {
-  return new ProvisionerClient(requireProvisionerUrl(context.config));
+/**
+ * The provisioner the functions use; the CLI requires it (it has no built-in one to fall back to),
+ * with SANDBOX_PROVISIONER_TOKEN when set (its deployed parameter alone is refused, with the way to
+ * export it). `identity` names it in the pairing evidence (reclaim.ts), as the deployed reclaimer
+ * does.
+ */
+export async function opsProvisioner(
+  context: OpsContext,
+): Promise<{ client: ProvisionerClient; identity: string }> {
+  const { config } = context;
+  const client = await openProvisionerClient({
+    config,
+    provisionerToken: () => provisionerTokenSource(config),
+  });
+  return { client, identity: provisionerIdentity(requireProvisionerUrl(config)) };
 }
 
 export const orphansCommand: Command = {
@@ -88,15 +143,20 @@ export const orphansCommand: Command = {
   options: {},
   async run(_input, context) {
     const db = await context.database();
-    const client = opsProvisioner(context);
+    const { client, identity } = await opsProvisioner(context);
     try {
-      const plan = await planOrphans({ db, lister: client }, reclaimSettings(context.config));
+      const plan = await planOrphans(
+        { db, lister: client, provisioner: identity },
+        reclaimSettings(context.config),
+      );
       return {
         result: {
           listed: plan.listed,
           leaked: plan.leaked.map(orphanView),
           due: plan.due.map((sandbox) => sandbox.sandboxId),
           deferred: plan.deferred,
+          brakeLifted: plan.brakeLifted,
+          settings: settingsView(plan.settings),
         },
         text: renderOrphans(plan),
       };

@@ -6,11 +6,22 @@ import { MetricName } from '../../../functions/adapters/metric-names.ts';
 import { planOrphans, type ReclaimEvent, runReclaim } from '../../../functions/cleanup/reclaim.ts';
 import { ReclaimRefusedError } from '../../../functions/cleanup/reclaim-listing.ts';
 import { SandboxProvider } from '../../../functions/cleanup/sandbox-provider.ts';
-import { reclaimSettings, reportReclaimEvent } from '../../../functions/reclaimer/handler.ts';
+import {
+  reclaimSettings,
+  reportReclaimEvent,
+  reportReclaimRun,
+} from '../../../functions/reclaimer/handler.ts';
 import type { Command } from '../command.ts';
 import { ExitCode } from '../exit-codes.ts';
 import { plural } from '../format.ts';
-import { opsProvisioner, orphanView, refusedOutput, renderOrphans } from './orphans.ts';
+import {
+  opsProvisioner,
+  orphanView,
+  refusedOutput,
+  renderOrphans,
+  renderSettings,
+  settingsView,
+} from './orphans.ts';
 
 function eventLine(event: ReclaimEvent): string {
   const { sandboxId, reason } = event.sandbox;
@@ -38,16 +49,20 @@ export const reclaimCommand: Command = {
   },
   async run(input, context) {
     const db = await context.database();
-    const client = opsProvisioner(context);
+    const { client, identity } = await opsProvisioner(context);
+    // Never recorded from here: the deployment's own reclaimer records the settings of record, and
+    // this run applies them wherever they are larger than this shell's (reclaim.ts).
     const settings = reclaimSettings(context.config);
     try {
       if (input.options.yes !== true) {
-        const plan = await planOrphans({ db, lister: client }, settings);
+        const plan = await planOrphans({ db, lister: client, provisioner: identity }, settings);
         return {
           result: {
             applied: false,
             due: plan.due.map((sandbox) => sandbox.sandboxId),
             leaked: plan.leaked.map(orphanView),
+            brakeLifted: plan.brakeLifted,
+            settings: settingsView(plan.settings),
           },
           text: `Dry run: nothing was changed. With --yes, reclaim would delete ${plural(plan.due.length, 'sandbox', 'sandboxes')}.\n${renderOrphans(plan)}`,
         };
@@ -57,6 +72,8 @@ export const reclaimCommand: Command = {
         releaseLockTimeoutMs: context.config.releaseLockTimeoutSeconds * 1000,
         provisionerDeleteTimeoutMs: context.config.provisionerDeleteTimeoutSeconds * 1000,
       });
+      // The provider's own per-request bound stays this shell's; the attempt's bound and the
+      // quarantine come from the settings of record where they are larger (reclaim.ts).
       const telemetry = context.telemetry();
       const events: ReclaimEvent[] = [];
       const report = await runReclaim(
@@ -64,6 +81,7 @@ export const reclaimCommand: Command = {
           db,
           provider,
           lister: client,
+          provisioner: identity,
           onEvent: (event) => {
             events.push(event);
             reportReclaimEvent(telemetry, event);
@@ -71,6 +89,7 @@ export const reclaimCommand: Command = {
         },
         settings,
       );
+      reportReclaimRun(telemetry, report);
       telemetry.count(MetricName.SANDBOXES_LISTED, {}, report.listed);
       const failed = events.filter((event) => event.kind === 'failed' || event.kind === 'unconfirmed').length;
       return {
@@ -82,6 +101,8 @@ export const reclaimCommand: Command = {
           kept: report.skipped,
           failed: report.failed,
           deferred: report.deferred,
+          brakeLifted: report.brakeLifted,
+          settings: settingsView(report.settings),
           events: events.map((event) => ({
             kind: event.kind,
             sandboxId: event.sandbox.sandboxId,
@@ -92,6 +113,7 @@ export const reclaimCommand: Command = {
         },
         text: [
           `${report.listed} listed, ${report.leaked.length} leaked: reclaimed ${report.reclaimed}, kept ${report.skipped}, failed ${report.failed}${report.deferred ? `, ${report.deferred} left for the next run` : ''}.`,
+          renderSettings(report.settings),
           ...events.map(eventLine),
         ].join('\n'),
         ...(failed

@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import type { Context, SQSEvent } from 'aws-lambda';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { loadConfig } from '../../functions/adapters/config.ts';
 import { type Database, openDatabase } from '../../functions/adapters/database.ts';
 import { DATABASE_DRIVERS, DatabaseDriver } from '../../functions/adapters/database-driver.ts';
@@ -96,8 +96,17 @@ const STORM_MAX_MS = 60_000;
 /** Kills of every kind, and in all, before the storm stops. */
 const STORM_MIN_KILLS = 30;
 
+/**
+ * The moments of a connection's life the storm must meet. Behind a transaction pooler the client
+ * never connects to a backend: a starting backend is PgBouncer's own reconnect, rare (one CI run
+ * met none in 60 s beside 1,000 other kills) and not a moment of the client's connection at all.
+ */
+const REQUIRED_TARGETS = Object.values(StormTarget).filter(
+  (target) => target !== StormTarget.STARTING || inject('database').poolerPort === null,
+);
+
 function stormHasMetEverything(kills: Record<StormTarget, number>): boolean {
-  const counts = Object.values(kills);
+  const counts = REQUIRED_TARGETS.map((target) => kills[target]);
   return (
     counts.every((count) => count > 0) && counts.reduce((sum, count) => sum + count, 0) >= STORM_MIN_KILLS
   );
@@ -214,7 +223,7 @@ describe.each(DATABASE_DRIVERS)('over the %s driver', (driver) => {
       const kills = run.storm.kills;
       const killed = Object.values(kills).reduce((sum, count) => sum + count, 0);
       expect(killed, JSON.stringify(kills)).toBeGreaterThanOrEqual(STORM_MIN_KILLS);
-      for (const target of Object.values(StormTarget)) {
+      for (const target of REQUIRED_TARGETS) {
         expect(kills[target], `${target}: ${JSON.stringify(kills)}`).toBeGreaterThan(0);
       }
     }, 150_000);

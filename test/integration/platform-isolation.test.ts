@@ -23,7 +23,7 @@ const sessions: pg.Client[] = [];
 
 afterEach(async () => {
   for (const session of sessions.splice(0)) await session.end().catch(() => {});
-  await database.t.db.query(`ALTER DATABASE ${database.t.name} RESET default_transaction_isolation`);
+  await database.t.setDefaultIsolation(null);
 });
 
 /**
@@ -78,10 +78,7 @@ async function scope() {
   };
 }
 
-const repeatableRead = () =>
-  database.t.db.query(
-    `ALTER DATABASE ${database.t.name} SET default_transaction_isolation = 'repeatable read'`,
-  );
+const repeatableRead = () => database.t.setDefaultIsolation('repeatable read');
 
 it('admitting as step 2 says while a guard holds the scope lock: refused with 25000, never a run under the record', async () => {
   const s = await scope();

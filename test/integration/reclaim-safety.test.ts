@@ -219,11 +219,9 @@ describe('1. isolation: the guard reads what the platform committed while it wai
 
   it('with the database default REPEATABLE READ: the guard answers scope_active, no DELETE', async () => {
     const local = await startLocal();
-    await database.t.db.query(
-      `ALTER DATABASE ${database.t.name} SET default_transaction_isolation = 'repeatable read'`,
-    );
+    await database.t.setDefaultIsolation('repeatable read');
     try {
-      const reclaimerDb = await database.t.connect({ maxConnections: 1 });
+      const reclaimerDb = await database.t.connect({ maxConnections: 1, direct: true });
       const { rows } = await reclaimerDb.query<{ level: string }>(
         "SELECT current_setting('default_transaction_isolation') AS level",
       );
@@ -234,13 +232,13 @@ describe('1. isolation: the guard reads what the platform committed while it wai
       expect(local.provisioner.sandbox(sandboxId)).toBeDefined();
       await reclaimerDb.end();
     } finally {
-      await database.t.db.query(`ALTER DATABASE ${database.t.name} RESET default_transaction_isolation`);
+      await database.t.setDefaultIsolation(null);
     }
   });
 
   it('with SERIALIZABLE left behind on a pooled session: the same', async () => {
     const local = await startLocal();
-    const reclaimerDb = await database.t.connect({ maxConnections: 1 });
+    const reclaimerDb = await database.t.connect({ maxConnections: 1, direct: true });
     await reclaimerDb.query("SET SESSION default_transaction_isolation = 'serializable'");
     const { event, sandboxId } = await admitWhileTheGuardWaits(local, reclaimerDb);
     expect(event).toMatchObject({ kind: 'skipped', verdict: ReclaimVerdict.SCOPE_ACTIVE });
@@ -249,7 +247,7 @@ describe('1. isolation: the guard reads what the platform committed while it wai
   });
 
   it('the guard itself refuses to decide outside READ COMMITTED, whoever calls it', async () => {
-    const rr = await database.t.connect({ maxConnections: 1 });
+    const rr = await database.t.connect({ maxConnections: 1, direct: true });
     await rr.query("SET SESSION default_transaction_isolation = 'repeatable read'");
     const error = await rejectionOf(
       rr.query("SELECT * FROM runtime_cleanup_begin_reclaim('sbx-x', 1, true, 60, 60, 'reclaim:t', 1000)"),

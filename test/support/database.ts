@@ -3,7 +3,7 @@ import { inject } from 'vitest';
 import { type Database, openDatabase } from '../../functions/adapters/database.ts';
 import type { DatabaseDriver } from '../../functions/adapters/database-driver.ts';
 import { TEST_CONNECT_TIMEOUT_MS } from './connect-bound.ts';
-import { throughPooler } from './pgbouncer.ts';
+import { reconnectServers, throughPooler } from './pgbouncer.ts';
 
 export interface TestDatabase {
   url: string;
@@ -12,9 +12,15 @@ export interface TestDatabase {
   driver: DatabaseDriver;
   /** The WebSocket bridge, for the `neon` driver. */
   wsProxy: string;
+  /** The tests' pool; replaced by setDefaultIsolation, so read it where it is used. */
   db: Database;
   /** Opens another independent pool on the same database (a "different process"). */
   connect(options?: ConnectOptions): Promise<Database>;
+  /**
+   * ALTER DATABASE ... SET (a level) or RESET (null) default_transaction_isolation, seen by every
+   * transaction after it, pooled ones included (their server connections log in again).
+   */
+  setDefaultIsolation(level: 'repeatable read' | 'serializable' | null): Promise<void>;
   drop(): Promise<void>;
 }
 
@@ -23,6 +29,12 @@ interface ConnectOptions {
   maxConnections?: number;
   /** Another driver than the run's, for tests of what differs between them. */
   driver?: DatabaseDriver;
+  /**
+   * On the server itself even under DATABASE_POOLER=pgbouncer: for tests of session state (a
+   * `SET SESSION`, an `ALTER DATABASE ... SET` read at login) that a transaction pooler would hand
+   * to other tests' transactions, or hide behind server connections opened before it.
+   */
+  direct?: boolean;
 }
 
 /**
@@ -51,23 +63,39 @@ export async function createTestDatabase(creation: { empty?: boolean } = {}): Pr
   direct.pathname = `/${name}`;
   const url = new URL(poolerPort === null ? direct.toString() : throughPooler(direct.toString(), poolerPort));
   const pools: Database[] = [];
-  const connect = async (extra: ConnectOptions = {}) => {
-    const db = await openDatabase({ url: url.toString(), ...options, ...extra });
+  const connect = async ({ direct: onTheServer, ...extra }: ConnectOptions = {}) => {
+    const db = await openDatabase({ url: (onTheServer ? direct : url).toString(), ...options, ...extra });
     pools.push(db);
     return db;
   };
-  const db = await connect({ maxConnections: 20 });
-  return {
+  const database: TestDatabase = {
     url: url.toString(),
     name,
     driver,
     wsProxy,
-    db,
+    db: await connect({ maxConnections: 20 }),
     connect,
+    async setDefaultIsolation(level) {
+      // The name is made of hex digits above; the level is one of three literals.
+      await admin.query(
+        level === null
+          ? `ALTER DATABASE ${name} RESET default_transaction_isolation`
+          : `ALTER DATABASE ${name} SET default_transaction_isolation = '${level}'`,
+      );
+      // A login-time setting reaches only sessions that log in after it: the sessions already
+      // open (in `db`'s pool, or PgBouncer's) would carry the old default into the next test.
+      // Behind PgBouncer its servers log in again as they are released; `db` is replaced by a
+      // new pool (the tests' own pools from connect() are theirs to end).
+      if (poolerPort !== null) await reconnectServers(adminUrl, poolerPort, name);
+      const previous = database.db;
+      database.db = await connect({ maxConnections: 20 });
+      await previous.end();
+    },
     async drop() {
       await Promise.all(pools.map((pool) => pool.end().catch(() => {})));
       await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
       await admin.end();
     },
   };
+  return database;
 }

@@ -4,6 +4,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import pg from 'pg';
 
 /**
  * A real PgBouncer (Debian's `pgbouncer`, 1.18 here) in transaction mode, started on a free port
@@ -229,4 +230,25 @@ export function throughPooler(url: string, port: number): string {
   pooled.port = String(port);
   pooled.password = '';
   return pooled.toString();
+}
+
+/**
+ * Makes the pooler on `port` close its server connections to `database` as each is released
+ * (the admin console's RECONNECT), so that the next transactions log in again. A login-time
+ * setting (`ALTER DATABASE ... SET`) reaches pooled transactions only through new server
+ * connections: without this, one test's database default would outlive it in the pool and reach
+ * the next test's transactions. `url` is any URL of the pooler's admin user.
+ */
+export async function reconnectServers(url: string, port: number, database: string): Promise<void> {
+  const console = new URL(throughPooler(url, port));
+  console.pathname = '/pgbouncer';
+  const client = new pg.Client({ connectionString: console.toString() });
+  await client.connect();
+  try {
+    // The admin console takes no parameters; the name is made of hex digits by createTestDatabase.
+    if (!/^[a-z0-9_]+$/.test(database)) throw new Error(`not a test database name: ${database}`);
+    await client.query(`RECONNECT ${database}`);
+  } finally {
+    await client.end();
+  }
 }

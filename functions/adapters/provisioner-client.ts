@@ -96,13 +96,14 @@ function hasControlCharacter(text: string): boolean {
 }
 
 /**
- * How long a base URL stays verified once its listing answered (see `#verifyBaseUrl`). The URL is
- * fixed for the client's life, but what answers at it is not: an ingress re-routed, a provisioner
- * redeployed under another root path. Without a bound a warm container (the local stack: days)
- * would go on reading that new server's JSON 404s as "gone". Re-verifying costs one listing per
- * bound, and only when a 404/410 comes.
+ * A listing taken to check a 404/410 (`#confirmAbsence`): the order it started in among this
+ * client's answers (`#ticks`), and what it found. It can vouch only for the 404s answered before
+ * it started.
  */
-export const BASE_URL_VERIFIED_FOR_MS = 10 * 60_000;
+interface AbsenceListing {
+  readonly startedAt: number;
+  readonly result: Promise<ListedSandbox[] | ReclaimRefusedError>;
+}
 
 /** The provisioner's bearer token (contract v1.2 section 3), already read, and how to read it again. */
 export interface ProvisionerToken {
@@ -119,9 +120,6 @@ export interface ProvisionerClientOptions {
   token?: ProvisionerToken;
   /** Told of every 404/410 refused because the base URL is not the provisioner (a metric). */
   onUrlUnverified?: (error: ProvisionerUrlUnverifiedError) => void;
-  /** BASE_URL_VERIFIED_FOR_MS unless told; `now` is its clock (milliseconds). */
-  verifiedForMs?: number;
-  now?: () => number;
 }
 
 export class ProvisionerClient implements SandboxDeleteClient {
@@ -135,12 +133,10 @@ export class ProvisionerClient implements SandboxDeleteClient {
   /** Every token this client has sent, for keeping them out of what it reports (`#scrub`). */
   readonly #tokensSent = new Set<string>();
   readonly #onUrlUnverified: ((error: ProvisionerUrlUnverifiedError) => void) | undefined;
-  readonly #verifiedForMs: number;
-  readonly #now: () => number;
-  /** When the base URL's listing last answered as the provisioner's (`#now`), if it has. */
-  #verifiedAt: number | undefined;
-  /** The verification's listing while it is in flight, shared by the 404s waiting for it. */
-  #verification: Promise<ReclaimRefusedError | undefined> | undefined;
+  /** Orders 404/410 answers and the listings that check them (`#confirmAbsence`). */
+  #ticks = 0;
+  /** The newest listing taken to check a 404/410, while it is in flight. */
+  #absenceListing: AbsenceListing | undefined;
 
   constructor(baseUrl: string, options: ProvisionerClientOptions = {}) {
     const url = new URL(baseUrl);
@@ -153,8 +149,6 @@ export class ProvisionerClient implements SandboxDeleteClient {
     this.#tokenValue = options.token?.value;
     if (this.#tokenValue !== undefined) this.#tokensSent.add(this.#tokenValue);
     this.#onUrlUnverified = options.onUrlUnverified;
-    this.#verifiedForMs = options.verifiedForMs ?? BASE_URL_VERIFIED_FOR_MS;
-    this.#now = options.now ?? (() => performance.now());
   }
 
   async deleteSandbox(request: DeleteSandboxRequest): Promise<ReleaseOutcome> {
@@ -259,10 +253,7 @@ export class ProvisionerClient implements SandboxDeleteClient {
         { limitBytes: MAX_LIST_BODY_BYTES },
       );
     }
-    const listed = parseSandboxListing(text);
-    // A listing in the provisioner's shape is what verifying the base URL asks for.
-    this.#verifiedAt = this.#now();
-    return listed;
+    return parseSandboxListing(text);
   }
 
   /**
@@ -316,53 +307,74 @@ export class ProvisionerClient implements SandboxDeleteClient {
   /**
    * Contract v1.2 section 3: a 404 or 410 counts as gone only from a base URL known to be the
    * provisioner, one whose `GET /api/sandboxes` answers a listing (reclaim-listing.ts, the
-   * reclaimer's own parser). Checked lazily, at the first 404/410, and remembered for
-   * BASE_URL_VERIFIED_FOR_MS: a correct URL costs no request per cleanup in steady state (most
-   * deletes are 200s, which need no check; the platform's provisioner answers nothing else), and a
-   * cold start that never meets a 404 costs none. Verifying at cold start instead would list the
-   * whole fleet on every cold start, and a provisioner briefly down then would fail the start.
+   * reclaimer's own parser). And the listing must agree: it must not name the sandbox. A gateway
+   * that routes the listing but not the DELETE (an API Gateway route left out, an exact-path
+   * Envoy route) answers every DELETE with its own JSON or empty 404 while the listing names the
+   * sandbox alive; an ingress re-routed mid-deploy answers 404s for a while from something else.
+   * So each 404/410 is checked by a listing that STARTED AFTER it was answered: concurrent 404s
+   * share one (a cold start's burst costs one listing), but no earlier listing, the reclaimer's
+   * included, vouches for a later 404. A 200 or 204 needs none (the platform's provisioner answers
+   * every DELETE with 200): a 404 is the rare answer (a retry after a delete that landed, a
+   * sandbox reaped while idle), so a correct URL costs no request beyond the DELETE in steady
+   * state, and one listing per burst of 404s otherwise.
    *
    * Not the provisioner (a 4xx, a page, JSON of another shape): ProvisionerUrlUnverifiedError, a
-   * dead letter naming the URL and what it answered. The listing failing as a request can
-   * (timeout, reset, 408/429/5xx): retryable, fence kept, and the next attempt checks again.
-   * Failures are not remembered, so a fixed route heals without a restart.
+   * dead letter naming the URL and what it answered. The listing names the sandbox:
+   * ProvisionerUnconfirmedError, a dead letter too (resending the DELETE would hear the same 404).
+   * The listing failing as a request can (timeout, reset, 408/429/5xx): retryable, fence kept,
+   * and the next attempt checks again.
    */
-  async #verifyBaseUrl(context: Record<string, unknown> & { status: number }, exchange: Exchange) {
-    if (this.#verifiedAt !== undefined && this.#now() - this.#verifiedAt < this.#verifiedForMs) return;
-    const listing = `GET ${this.#shownBaseUrl}/api/sandboxes`;
-    // One listing for every 404 that meets an unverified URL at once (a cold start's concurrent
-    // releases), bounded by its own deadline; each caller stops waiting at its own.
-    this.#verification ??= this.#listForVerification(exchange.timeoutMs).finally(() => {
-      this.#verification = undefined;
-    });
-    const error = await untilAborted(this.#verification, exchange.signal);
-    if (error !== undefined) {
-      if (error.reason === ReclaimRefusal.LIST_UNAVAILABLE) {
-        // The listing's own failure decides: a refused token is the token's.
-        if (error.cause instanceof CleanupError) throw error.cause;
-        throw new ProvisionerUnavailableError(
-          `provisioner answered ${context.status}, but ${listing} (verifying that ${this.#shownBaseUrl} is the provisioner) failed: ${error.message}`,
-          { ...context, ...verificationFacts(error) },
-          // The DELETE itself was answered (404/410); only the listing that would confirm it failed.
-          { cause: error, ...ANSWERED },
-        );
-      }
-      const unverified = new ProvisionerUrlUnverifiedError(
-        `provisioner answered ${context.status}, but ${this.#shownBaseUrl} is not known to be the provisioner: ${listing} answered ${describeListingRefusal(error)}, not the provisioner's listing, so the ${context.status} is no confirmation (a web framework's "no such route" at a wrong path prefix?): check SANDBOX_PROVISIONER_URL`,
-        { ...context, baseUrl: this.#shownBaseUrl, ...verificationFacts(error) },
-        { cause: error, ...ANSWERED },
-      );
-      this.#onUrlUnverified?.(unverified);
-      throw unverified;
+  async #confirmAbsence(
+    answeredAt: number,
+    context: { sandboxId: string; generation: number; status: number },
+    exchange: Exchange,
+  ): Promise<void> {
+    const listingRequest = `GET ${this.#shownBaseUrl}/api/sandboxes`;
+    let listing = this.#absenceListing;
+    if (listing === undefined || listing.startedAt < answeredAt) {
+      const started: AbsenceListing = {
+        startedAt: ++this.#ticks,
+        result: this.#listForAbsence(exchange.timeoutMs).finally(() => {
+          if (this.#absenceListing === started) this.#absenceListing = undefined;
+        }),
+      };
+      this.#absenceListing = started;
+      listing = started;
     }
+    const result = await untilAborted(listing.result, exchange.signal);
+    if (!(result instanceof ReclaimRefusedError)) {
+      const named = result.find((entry) => entry.sandboxId === context.sandboxId);
+      if (named === undefined) return;
+      throw new ProvisionerUnconfirmedError(
+        `provisioner answered ${context.status}, but ${listingRequest}, taken after it, still lists sandbox ${context.sandboxId}${named.status === null ? '' : ` (status ${JSON.stringify(named.status.slice(0, 40))})`}: the ${context.status} is no confirmation (a gateway that routes the listing but not the DELETE?): check SANDBOX_PROVISIONER_URL and the route of DELETE ${this.#shownBaseUrl}/api/sandboxes/{id}`,
+        { ...context, baseUrl: this.#shownBaseUrl, stillListed: true },
+        ANSWERED,
+      );
+    }
+    if (result.reason === ReclaimRefusal.LIST_UNAVAILABLE) {
+      // The listing's own failure decides: a refused token is the token's.
+      if (result.cause instanceof CleanupError) throw result.cause;
+      throw new ProvisionerUnavailableError(
+        `provisioner answered ${context.status}, but ${listingRequest} (checking that ${this.#shownBaseUrl} is the provisioner and the sandbox is gone) failed: ${result.message}`,
+        { ...context, ...verificationFacts(result) },
+        // The DELETE itself was answered (404/410); only the listing that would confirm it failed.
+        { cause: result, ...ANSWERED },
+      );
+    }
+    const unverified = new ProvisionerUrlUnverifiedError(
+      `provisioner answered ${context.status}, but ${this.#shownBaseUrl} is not known to be the provisioner: ${listingRequest} answered ${describeListingRefusal(result)}, not the provisioner's listing, so the ${context.status} is no confirmation (a web framework's "no such route" at a wrong path prefix?): check SANDBOX_PROVISIONER_URL`,
+      { ...context, baseUrl: this.#shownBaseUrl, ...verificationFacts(result) },
+      { cause: result, ...ANSWERED },
+    );
+    this.#onUrlUnverified?.(unverified);
+    throw unverified;
   }
 
-  /** The listing, for verification: its refusal (or undefined when it is a listing), never thrown. */
-  async #listForVerification(timeoutMs: number): Promise<ReclaimRefusedError | undefined> {
+  /** The listing, for `#confirmAbsence`: its entries, or its refusal (never thrown). */
+  async #listForAbsence(timeoutMs: number): Promise<ListedSandbox[] | ReclaimRefusedError> {
     const deadline = startDeadline(timeoutMs);
     try {
-      await this.#list(deadline.signal, timeoutMs);
-      return undefined;
+      return await this.#list(deadline.signal, timeoutMs);
     } catch (error) {
       if (error instanceof ReclaimRefusedError) return error;
       throw error;
@@ -479,9 +491,11 @@ export class ProvisionerClient implements SandboxDeleteClient {
       );
     }
     if (statusCode === 404 || statusCode === 410) {
+      // Taken before the body is read: only a listing that starts after this may confirm it.
+      const answeredAt = ++this.#ticks;
       const refusal = await absenceRefusal(response, context);
       if (refusal === undefined) {
-        await this.#verifyBaseUrl({ ...context, status: statusCode }, exchange);
+        await this.#confirmAbsence(answeredAt, { ...context, status: statusCode }, exchange);
         return ReleaseOutcome.ABSENT;
       }
       throw new ProvisionerUnconfirmedError(
@@ -788,24 +802,61 @@ async function absenceRefusal(
 /** RFC 9457: the media type of an error report, whatever the status says. */
 const PROBLEM_JSON = 'application/problem+json';
 
-/** `status` words that mean "accepted, not done yet" (what a 202 says), or "did not happen". */
-const NOT_DONE_STATUSES = new Set(['pending', 'accepted', 'queued', 'in_progress', 'deleting', 'processing']);
+/**
+ * `status`/`state`/`phase` words that say the delete is done (or that there was nothing to
+ * delete). Any other word (`deleting`, `DELETE_IN_PROGRESS`, `terminating`, `scheduled`,
+ * `running`…) is no confirmation: the list of "not done yet" words is open-ended, the list of
+ * "done" words is not, so the rule is an allow-list. The failure words are reportedFailure's.
+ */
+const DONE_STATUSES = new Set([
+  'deleted',
+  'gone',
+  'removed',
+  'destroyed',
+  'terminated',
+  'absent',
+  'not_found',
+  'notfound',
+  'ok',
+  'success',
+  'succeeded',
+  'done',
+  'complete',
+  'completed',
+]);
 const FAILED_STATUSES = new Set(['failed', 'failure', 'error', 'errored', 'rejected']);
+/** The fields a state word is found in: `status` (the usual), `state`, `phase` (Kubernetes). */
+const STATE_FIELDS = ['status', 'state', 'phase'] as const;
+/** A free-text field saying the delete is under way (`"message": "deletion in progress"`). */
+const UNDER_WAY_TEXT =
+  /\b(in[\s_-]?progress|deleting|pending|queued|scheduled|terminating|shutting[\s_-]?down|stopping)\b/i;
 
-function statusWord(body: Record<string, unknown>): string | undefined {
-  return typeof body.status === 'string'
-    ? body.status
+function stateWord(value: unknown): string | undefined {
+  return typeof value === 'string'
+    ? value
         .trim()
         .toLowerCase()
         .replace(/[\s-]+/g, '_')
     : undefined;
 }
 
+function statusWord(body: Record<string, unknown>): string | undefined {
+  return stateWord(body.status);
+}
+
 function pendingStatus(body: Record<string, unknown>): string | undefined {
-  const status = statusWord(body);
-  return status !== undefined && NOT_DONE_STATUSES.has(status)
-    ? `status ${JSON.stringify(body.status)}: the delete is not done yet`
-    : undefined;
+  for (const field of STATE_FIELDS) {
+    const word = stateWord(body[field]);
+    if (word === undefined || DONE_STATUSES.has(word) || FAILED_STATUSES.has(word)) continue;
+    return `${field} ${JSON.stringify(String(body[field]).slice(0, 40))}: the delete is not confirmed done`;
+  }
+  for (const field of ['message', 'detail'] as const) {
+    const text = body[field];
+    if (typeof text === 'string' && UNDER_WAY_TEXT.test(text)) {
+      return `${field} ${JSON.stringify(text.slice(0, 80))}: the delete is not done yet`;
+    }
+  }
+  return undefined;
 }
 
 /**

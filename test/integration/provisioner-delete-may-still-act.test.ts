@@ -79,6 +79,19 @@ describe('the DELETE may still be carried out', () => {
   it.each([
     ['a 202 (accepted, not done yet)', () => answering(202, '{"status":"deleting"}')],
     ['a 200 whose body says the delete is still in progress', () => answering(200, '{"status":"deleting"}')],
+    // Said in other words than one list could hold: only a "done" word confirms.
+    [
+      'a 200 "DELETE_IN_PROGRESS"',
+      () => answering(200, '{"sandbox_id":"sbx-1","status":"DELETE_IN_PROGRESS"}'),
+    ],
+    ['a 200 "terminating"', () => answering(200, '{"sandbox_id":"sbx-1","status":"terminating"}')],
+    ['a 200 "running"', () => answering(200, '{"sandbox_id":"sbx-1","status":"running"}')],
+    ['a 200 whose state is "deleting"', () => answering(200, '{"sandbox_id":"sbx-1","state":"deleting"}')],
+    ['a 200 whose phase is "Terminating"', () => answering(200, '{"phase":"Terminating"}')],
+    [
+      'a 200 whose message says so',
+      () => answering(200, '{"sandbox_id":"sbx-1","message":"deletion in progress"}'),
+    ],
     ['a 503 (a gateway whose upstream may still work)', () => answering(503)],
     ['a 504', () => answering(504)],
     ['a status outside HTTP', () => answering(600)],

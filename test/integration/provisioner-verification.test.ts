@@ -149,7 +149,7 @@ describe('a listing that fails as a request can', () => {
       details: { status: 404, listingStatus: 503, verification: 'list_unavailable' },
     });
     expect((error as Error).message).toContain(
-      `GET ${server.url}/api/sandboxes (verifying that ${server.url} is the provisioner) failed`,
+      `GET ${server.url}/api/sandboxes (checking that ${server.url} is the provisioner and the sandbox is gone) failed`,
     );
     server.onList(EMPTY_LISTING);
     expect(await remove(client)).toBe(ReleaseOutcome.ABSENT);
@@ -181,27 +181,62 @@ describe('a listing that fails as a request can', () => {
   });
 });
 
-describe('a verified base URL', () => {
-  it('costs one listing for concurrent 404s, and none for the next ones', async () => {
+describe('a 404 checked by a listing taken after it', () => {
+  it('concurrent 404s share listings, and each is followed by one that started after it', async () => {
     const server = await scripted();
     const client = clientOf(server.url);
 
     const outcomes = await Promise.all(['a', 'b', 'c', 'd', 'e'].map((id) => remove(client, `sbx-${id}`)));
     expect(outcomes).toEqual(Array(5).fill(ReleaseOutcome.ABSENT));
-    expect(await remove(client, 'sbx-f')).toBe(ReleaseOutcome.ABSENT);
 
-    expect(methods(server).filter((method) => method === 'GET')).toHaveLength(1);
-    expect(methods(server).filter((method) => method === 'DELETE')).toHaveLength(6);
+    const seen = methods(server);
+    const lastListing = seen.lastIndexOf('GET');
+    expect(seen.filter((method) => method === 'DELETE')).toHaveLength(5);
+    expect(seen.filter((method) => method === 'GET').length).toBeLessThanOrEqual(5);
+    // The server saw every DELETE before some listing: none was vouched for by an earlier one.
+    seen.forEach((method, index) => {
+      if (method === 'DELETE') expect(lastListing).toBeGreaterThan(index);
+    });
   });
 
-  it('is verified by a successful listing of the reclaimer too', async () => {
+  it("a later 404 is not vouched for by an earlier listing, the reclaimer's included", async () => {
     const server = await scripted();
     const client = clientOf(server.url);
 
     await client.listSandboxes({ timeoutMs: 5_000 });
     expect(await remove(client)).toBe(ReleaseOutcome.ABSENT);
+    expect(await remove(client)).toBe(ReleaseOutcome.ABSENT);
 
-    expect(methods(server)).toEqual(['GET', 'DELETE']);
+    expect(methods(server)).toEqual(['GET', 'DELETE', 'GET', 'DELETE', 'GET']);
+  });
+
+  it('the route went away after a listing (a redeploy): the next 404 is refused, not trusted', async () => {
+    const server = await scripted();
+    const client = clientOf(server.url);
+    expect(await remove(client)).toBe(ReleaseOutcome.ABSENT);
+
+    server.onList(FRAMEWORK_NOT_FOUND);
+    // An exact-path proxy with no route: an empty 404.
+    server.onDelete((_request, response) => {
+      response.writeHead(404).end();
+    });
+    expect(await rejectionOf(remove(client))).toBeInstanceOf(ProvisionerUrlUnverifiedError);
+  });
+
+  it('a gateway that routes the listing but not the DELETE: the listing still names the sandbox, no confirmation', async () => {
+    const server = await scripted({
+      // API Gateway's answer to a route it does not have.
+      deleteAnswer: json(404, { message: 'Not Found' }),
+      listAnswer: json(200, {
+        sandboxes: [{ sandbox_id: 'sbx-verify', sandbox_url: 'http://sbx-verify:8000', status: 'running' }],
+        count: 1,
+      }),
+    });
+    const error = await rejectionOf(remove(clientOf(server.url)));
+    expect(error).toBeInstanceOf(ProvisionerUnconfirmedError);
+    expect((error as ProvisionerUnconfirmedError).code).toBe(ErrorCode.PROVISIONER_UNCONFIRMED);
+    expect((error as Error).message).toMatch(/still lists sandbox sbx-verify/);
+    expect((error as Error).message).toContain(server.url);
   });
 
   it('a 200 confirmation needs no listing at all', async () => {

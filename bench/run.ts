@@ -4,7 +4,8 @@
  * Part 1 (locks): lock hold and contention against delete latency, split protocol vs. the
  * pre-decision baseline. Part 2 (e2e): run-finished → runtime-cleaned through the local stack.
  * Writes bench/results/<date>-<mode>.json; a full run (or --publish) also writes latest.json,
- * machine.json, lease-renewal-p99.svg and README-table.md. Exits 1 if any figure was invalid.
+ * machine.json, lease-renewal-p99.svg, README-table.md and docs/benchmarks.md's results section.
+ * Exits 1 if any figure was invalid.
  */
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -18,7 +19,7 @@ import { runE2eScenario, type StackConcurrency } from './e2e/scenario.ts';
 import { type LockFigure, lockVariants, runLockScenario, VariantId } from './locks/scenario.ts';
 import { type BenchProfile, PROFILES } from './profiles.ts';
 import { renderLineChart } from './report/chart.ts';
-import { renderMarkdown, renderReadmeSection, replaceReadmeSection } from './report/markdown.ts';
+import { renderMarkdown, renderResultsSection, replaceResultsSection } from './report/markdown.ts';
 import { type BenchResults, type LockRatios, lockFigure, RESULTS_SCHEMA } from './report/results.ts';
 import { evaluateTargets } from './report/targets.ts';
 import { runScaleScenario, type ScaleProfile } from './scale/scenario.ts';
@@ -30,9 +31,9 @@ import { startWindowProfiler } from './support/window-profiler.ts';
 
 const USAGE = `usage: npm run bench [-- --quick] [-- --publish] [-- --only locks|e2e|scale] [-- --sqs-process] [-- --concurrency …] [-- --render FILE]
   --quick         smoke check (under two minutes, few samples); the full run takes about ten minutes on 2 cores
-  --publish       also write latest.json, machine.json, the chart and README-table.md (default for a full run)
+  --publish       also write latest.json, machine.json, the chart, README-table.md and docs/benchmarks.md's results (default for a full run)
   --only          run one part only (never publishes); scale runs even in --quick
-  --render        measure nothing: rewrite the chart and README-table.md from a results JSON
+  --render        measure nothing: rewrite the chart, README-table.md and docs/benchmarks.md's results from a results JSON
   --sqs-process   end to end: run the SQS emulator in its own process (default: in the stack's)
   --cpu-prof      end to end: write a CPU profile of each burst's measured window to bench/results/profiles/
   --concurrency   end to end: pollers per queue, e.g. fenceCheck=8,release=16,finalize=8 (default 4,8,4)`;
@@ -41,7 +42,8 @@ const USAGE = `usage: npm run bench [-- --quick] [-- --publish] [-- --only locks
 const QUIET_LOAD_AVERAGE = 1;
 
 const RESULTS_DIR = fileURLToPath(new URL('./results/', import.meta.url));
-const README = fileURLToPath(new URL('../README.md', import.meta.url));
+/** Where a published run writes its results section; the README only links to this page. */
+const BENCHMARKS_PAGE = fileURLToPath(new URL('../docs/benchmarks.md', import.meta.url));
 
 const MODEL = {
   cleanups:
@@ -195,12 +197,12 @@ function parseConcurrency(text: string | undefined): Partial<StackConcurrency> |
   return result;
 }
 
-/** The chart and the README table, both from one results file. */
+/** The chart, the full table and the results section of docs/benchmarks.md, all from one results file. */
 async function publishReport(results: BenchResults, sourceFile: string): Promise<void> {
   if (results.locks) await writeFile(join(RESULTS_DIR, 'lease-renewal-p99.svg'), chartOf(results));
   await writeFile(join(RESULTS_DIR, 'README-table.md'), renderMarkdown(results, sourceFile));
-  const readme = await readFile(README, 'utf8');
-  await writeFile(README, replaceReadmeSection(readme, renderReadmeSection(results, sourceFile)));
+  const page = await readFile(BENCHMARKS_PAGE, 'utf8');
+  await writeFile(BENCHMARKS_PAGE, replaceResultsSection(page, renderResultsSection(results, sourceFile)));
 }
 
 async function main(): Promise<number> {
@@ -234,7 +236,7 @@ async function main(): Promise<number> {
     const results = JSON.parse(await readFile(values.render, 'utf8')) as BenchResults;
     await publishReport(results, basename(values.render));
     log(
-      `rewrote bench/results/lease-renewal-p99.svg, README-table.md and README.md's section from ${values.render}`,
+      `rewrote bench/results/lease-renewal-p99.svg, README-table.md and docs/benchmarks.md's results from ${values.render}`,
     );
     return 0;
   }
@@ -326,7 +328,7 @@ async function main(): Promise<number> {
     log('');
     log(markdown);
     log(
-      `wrote bench/results/${fileName}${publish ? ', latest.json, machine.json, lease-renewal-p99.svg, README-table.md' : ' (published files untouched: pass --publish)'}`,
+      `wrote bench/results/${fileName}${publish ? ', latest.json, machine.json, lease-renewal-p99.svg, README-table.md, docs/benchmarks.md' : ' (published files untouched: pass --publish)'}`,
     );
     log(
       `${profile.mode} run took ${durationSeconds} s${results.valid ? '' : ' — SOME FIGURES WERE INVALID (see above); exit code 1'}`,

@@ -30,7 +30,7 @@ the endpoint AWS_ENDPOINT_URL_SQS names), the functions and the sweeper consumin
 migrations applied to DATABASE_URL (embedded PostgreSQL when unset), and the built-in provisioner
 unless SANDBOX_PROVISIONER_URL names one. Logs a JSON line with "message":"stack ready" once every
 consumer polls; SIGINT/SIGTERM stop it. Takes no options; configure it with the variables in
-README.md ("Configuration").
+docs/integration.md, section 4 ("Configuration").
 Exit status: 0 stopped cleanly, 1 failed to start, 2 usage error.`;
 
 async function main(): Promise<void> {

@@ -31,8 +31,8 @@ const RELEASE_FAILURES_PER_PERIOD = 5;
 
 /**
  * Who is paged: `--param="alarmSubscription=<email address or https:// URL>"` at package or
- * deploy time (README, Deploying). Without it the topic has no subscriber: subscribe to the
- * AlarmTopicArn output another way, or nobody is paged.
+ * deploy time (docs/deploying.md, section 7). Without it the topic has no subscriber: subscribe
+ * to the AlarmTopicArn output another way, or nobody is paged.
  */
 const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
 

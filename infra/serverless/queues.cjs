@@ -64,7 +64,8 @@ function queueResources({ prefix }) {
         Type: 'AWS::SQS::Queue',
         // A dead letter is a cleanup that still owes a sandbox delete, with its reason: a stack
         // delete, or an update that replaces the queue, must not take them with it. A retained DLQ
-        // stays in the account under its name after the stack is gone (README, Operating).
+        // stays in the account under its name after the stack is gone (docs/operating.md, "After a
+        // stack delete").
         DeletionPolicy: 'Retain',
         UpdateReplacePolicy: 'Retain',
         Properties: {

@@ -341,7 +341,8 @@ describe('release guard: serialised with admission by the scope’s advisory loc
     const admitNow = new Promise<void>((resolve) => (admit = resolve));
     let locked!: () => void;
     const lockTaken = new Promise<void>((resolve) => (locked = resolve));
-    // The platform's admission (README, integration step 2), held open between its two statements.
+    // The platform's admission (docs/integration.md, "What the platform does", step 2), held open
+    // between its two statements.
     const admission = fixture.t.db.withTransaction(async (tx) => {
       await tx.query('SELECT pg_advisory_xact_lock(runtime_cleanup_lock_key($1::text, $2::text))', [
         s.uid,

@@ -6,7 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import type { MemoryRun } from '../../bench/e2e/scenario.ts';
-import { renderMarkdown, renderReadmeSection } from '../../bench/report/markdown.ts';
+import { renderMarkdown, renderResultsSection } from '../../bench/report/markdown.ts';
 import type { BenchResults } from '../../bench/report/results.ts';
 import { evaluateTargets } from '../../bench/report/targets.ts';
 import { type MemoryWave, memoryGrowth, slopeKiBPerCleanup } from '../../bench/support/memory.ts';
@@ -156,10 +156,10 @@ describe('rendering', () => {
       `Memory over 120 cleanups (2 bursts back to back at delete latency 0): RSS 184 → peak 197 → end 197 MiB; JS heap used 52.7 → peak 72.8 MiB.`,
     ]);
     expect(lines.some((line) => line.includes('after GC, cleanups done'))).toBe(false);
-    expect(() => renderReadmeSection(results, 'old.json')).not.toThrow();
+    expect(() => renderResultsSection(results, 'old.json')).not.toThrow();
   });
 
-  it('new results show the post-GC figures per burst and the growth, in the README section too', () => {
+  it('new results show the post-GC figures per burst and the growth, in the docs/benchmarks.md results section too', () => {
     const results = oldResults();
     const withMemory = {
       ...results,
@@ -174,7 +174,7 @@ describe('rendering', () => {
         ),
       },
     };
-    const section = renderReadmeSection(withMemory, 'new.json');
+    const section = renderResultsSection(withMemory, 'new.json');
     expect(section).toContain('| after GC, cleanups done | 0 | 200 | 400 | 600 | 800 |');
     expect(section).toContain('| JS heap used (MiB) | 40.0 | 40.0 | 41.0 | 42.0 | 43.0 |');
     expect(section).toContain(

@@ -1,8 +1,11 @@
 /**
- * Five tiers, one Vitest project each (`npm run test:<tier>`; `npm test` runs all but platform):
+ * Six tiers, one Vitest project each (`npm run test:<tier>`; `npm test` runs all but platform):
  *
- * - unit: pure logic. No database, no global setup, and no sockets (test/support/no-network.ts
- *   makes opening one fail the test), so it runs in seconds anywhere.
+ * - unit: the product's pure logic. No database, no global setup, and no sockets
+ *   (test/support/no-network.ts makes opening one fail the test), so it runs in seconds anywhere.
+ * - harness: the test and benchmark machinery's own logic (the chaos suite's invariants and
+ *   checkers, the benchmark's reports, the test support's processes), on the same terms as unit:
+ *   what proves the product is kept apart from what proves the tools that prove it.
  * - integration: the phases against a real PostgreSQL and real local HTTP servers.
  * - e2e: through the local stack (SQS emulator, provisioner, handlers) and the real CLIs.
  * - chaos: the seeded fault-injection suite and its harness.
@@ -51,6 +54,7 @@ export default defineConfig({
   test: {
     projects: [
       tier('unit', ['test/unit/**/*.test.ts'], { setupFiles: ['test/support/no-network.ts'] }),
+      tier('harness', ['test/harness/**/*.test.ts'], { setupFiles: ['test/support/no-network.ts'] }),
       tier('integration', ['test/integration/**/*.test.ts'], {
         globalSetup: DATABASE_SETUP,
         env: DATABASE_ENV,

@@ -22,7 +22,7 @@
  *
  * Timing a hold from the probe's start once reported a 1,671 ms hold from a single sighting that
  * was mostly the probe's own delay; `HoldTracker` is the rule, unit-tested with synthetic
- * sightings (test/unit/chaos-lock-hold.test.ts).
+ * sightings (test/harness/chaos-lock-hold.test.ts).
  */
 import { type Database, SQLSTATE } from '../../functions/adapters/database.ts';
 import { isCleanupError } from '../../functions/cleanup/errors.ts';

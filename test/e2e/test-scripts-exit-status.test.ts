@@ -15,22 +15,24 @@ const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const SCRIPTS = [
   'test',
   'test:unit',
+  'test:harness',
   'test:integration',
   'test:e2e',
   'test:chaos',
   'test:platform',
   'test:tcp',
 ] as const;
-// `npm test` runs four tiers: the platform tier (Debian's FastAPI) only through its own script.
+// `npm test` runs five tiers: the platform tier (Debian's FastAPI) only through its own script.
 const TIERS = {
   'test:unit': 1,
+  'test:harness': 1,
   'test:integration': 1,
   'test:e2e': 1,
   'test:chaos': 1,
   'test:platform': 1,
   // Integration and e2e over the tcp driver.
   'test:tcp': 2,
-  test: 4,
+  test: 5,
 } as const;
 const CHILD_TIMEOUT_MS = 120_000;
 
@@ -70,7 +72,7 @@ describe.each<Mode>(['embedded PostgreSQL', 'DATABASE_URL'])(
       const run = await npmRun('test', 'passing', mode);
       const output = plain(run);
       expect(run.code, output).toBe(0);
-      expect(output).toMatch(/Tests +4 passed \(4\)/);
+      expect(output).toMatch(/Tests +5 passed \(5\)/);
     });
   },
 );

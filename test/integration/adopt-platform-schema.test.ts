@@ -109,6 +109,16 @@ describe('the platform schema, before adoption', () => {
     expect(await tableExists('schema_migrations')).toBe(false);
     expect(await tableExists('sandbox_runtimes')).toBe(false);
   });
+
+  it("would otherwise fail at migration 006: a fence's age over naive times cannot be indexed", async () => {
+    const refusal = await rejectionOf(
+      t.db.withTransaction(async (tx) => {
+        await tx.query('CREATE TEMP TABLE naive (pending_since timestamptz, finished_at timestamp)');
+        await tx.query('CREATE INDEX ON naive ((coalesce(pending_since, finished_at)))');
+      }),
+    );
+    expect(String(refusal)).toContain('functions in index expression must be marked IMMUTABLE');
+  });
 });
 
 describe('adopt.sql, then migrate', () => {
@@ -148,9 +158,13 @@ describe('adopt.sql, then migrate', () => {
     expect(await migrate(t.db)).toEqual([]);
   });
 
-  it('the old default was read in the session time zone; the new one is the instant itself', async () => {
+  it('the old default, stored as an instant, was read in the session time zone; the new one is the instant', async () => {
     const { rows } = await t.db.withTransaction(async (tx) => {
       await tx.query("SET LOCAL TimeZone = 'America/New_York'");
+      const old = await tx.query<{ hours: number }>(
+        "SELECT extract(epoch FROM (now() AT TIME ZONE 'utc')::timestamptz - now())::float8 / 3600 AS hours",
+      );
+      expect(old.rows[0]!.hours).toBe(5);
       await tx.query(
         `INSERT INTO agent_runs (id, user_id, thread_id, status) VALUES ('run-default-time', '${USER}', '${FINISHED_THREAD}', 'cancelled')`,
       );

@@ -158,6 +158,24 @@ describe('admit_run.py and finish_run.py, through the local stack', () => {
     expect(await fenceOf(t.db, 'run-py-child')).toBe(false);
   });
 
+  it('psycopg2 reads the converted times as aware datetimes: compare them with an aware now', async () => {
+    const script = [
+      'import datetime, os, psycopg2',
+      'conn = psycopg2.connect(os.environ["DATABASE_URL"])',
+      'cur = conn.cursor()',
+      'cur.execute("SELECT created_at FROM agent_runs ORDER BY created_at LIMIT 1")',
+      'created = cur.fetchone()[0]',
+      'age = datetime.datetime.now(datetime.timezone.utc) - created',
+      'print(created.tzinfo is not None, 0 <= age.total_seconds() < 600)',
+    ].join('\n');
+    const run = await runChild(PYTHON, ['-I', '-B', '-c', script], {
+      cwd: EXAMPLES,
+      env: { PATH: process.env.PATH, DATABASE_URL: t.url },
+      timeoutMs: 30_000,
+    });
+    expect(run.stdout.trim()).toBe('True True');
+  });
+
   it('exits 75 when the record is refused while a reclaim may still delete the sandbox', async () => {
     const thread = await newThread();
     const sandboxId = sandboxIdOf(thread);

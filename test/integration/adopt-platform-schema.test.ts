@@ -22,7 +22,9 @@ import {
   recordSandbox,
   sandboxIdOf,
 } from '../support/adopted-platform.ts';
+import { runChild } from '../support/child-process.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
+import { REPO_ROOT } from '../support/docs.ts';
 import { fenceOf } from '../support/factories.ts';
 import { rejectionOf } from '../support/probes.ts';
 import { eventually, fencesCleared, startTestStack, type TestStack } from '../support/stack.ts';
@@ -108,6 +110,24 @@ describe('the platform schema, before adoption', () => {
     expect(refusal).not.toContain('threads');
     expect(await tableExists('schema_migrations')).toBe(false);
     expect(await tableExists('sandbox_runtimes')).toBe(false);
+  });
+
+  it('`npm run migrate` says so and exits 1', async () => {
+    const run = await runChild('npm', ['run', '--silent', 'migrate'], {
+      cwd: REPO_ROOT,
+      env: {
+        PATH: process.env.PATH,
+        HOME: process.env.HOME ?? '/tmp',
+        DATABASE_URL: t.url,
+        DATABASE_DRIVER: 'tcp',
+      },
+      timeoutMs: 60_000,
+    });
+
+    expect(run.code).toBe(1);
+    expect(run.stderr).toContain('migrate failed (');
+    expect(run.stderr).toContain('agent_runs has no column uid');
+    expect(await tableExists('schema_migrations')).toBe(false);
   });
 
   it("would otherwise fail at migration 006: a fence's age over naive times cannot be indexed", async () => {

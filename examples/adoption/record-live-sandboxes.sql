@@ -1,5 +1,6 @@
--- The cut-over's record of the sandboxes in use (docs/adopting.md, "Cutting over"): run it once,
--- AFTER `npm run migrate` and before the worker starts raising fences. Every thread with a live
+-- The cut-over's record of the sandboxes in use (docs/adopting.md, "Cutting over"): run it AFTER
+-- `npm run migrate` and before the worker starts raising fences, and once more after the worker's
+-- change is deployed (for the threads that went live in between). Every thread with a live
 -- run has a sandbox the platform created before it recorded any; recorded here, the run's cleanup
 -- deletes it when the run ends, and the reclaimer never counts it as leaked. The id is derived as
 -- the platform derives it (Python: "sbx-" + hashlib.sha256(thread_id.encode()).hexdigest()[:12]);

@@ -27,12 +27,14 @@ import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 import { REPO_ROOT } from '../support/docs.ts';
 import { fenceOf } from '../support/factories.ts';
 import { rejectionOf } from '../support/probes.ts';
+import { letTimePass } from '../support/reclaim-time.ts';
 import { eventually, fencesCleared, startTestStack, type TestStack } from '../support/stack.ts';
 
 const USER = 'user-7';
 const FINISHED_THREAD = 'thread-finished';
 const LIVE_THREAD = 'thread-live';
 const LIVE_RUN = 'run-live';
+const GRACE_SECONDS = 60;
 
 /** The platform's rows as its API and worker wrote them, times naive and in UTC. */
 const PLATFORM_ROWS = `
@@ -237,9 +239,14 @@ describe('adopt.sql, then migrate', () => {
 
 describe('the cut-over: the cleanup of the live run converges', () => {
   beforeAll(async () => {
-    stack = await startTestStack(t, { stack: { provisionerMode: 'platform', reclaimer: false } });
-    // The sandbox the platform created for the live run before the cut-over.
+    stack = await startTestStack(t, {
+      env: { RECLAIM_GRACE_SECONDS: String(GRACE_SECONDS) },
+      stack: { provisionerMode: 'platform', reclaimer: false },
+    });
+    // The sandboxes the platform created before the cut-over: the live run's, and the idle one of
+    // a finished thread, which no row names.
     await createSandbox(LIVE_THREAD);
+    await createSandbox(FINISHED_THREAD);
   });
 
   it('the fence blocks the thread until finalize clears it; the sandbox is deleted', async () => {
@@ -258,6 +265,8 @@ describe('the cut-over: the cleanup of the live run converges', () => {
     expect(cleaned).toMatchObject({ uid: USER, runtimeScopeId: LIVE_THREAD, generation: 1 });
     const deletes = stack!.provisioner!.audit().filter((entry) => entry.method === 'DELETE');
     expect(deletes.map((entry) => entry.sandboxId)).toEqual([sandboxId]);
+    // The finished thread's sandbox is no cleanup's: left to the reclaimer (off here).
+    expect(live(sandboxIdOf(FINISHED_THREAD))).toBe(true);
   });
 
   it('the next run of the thread is admitted; its sandbox, counted one up, is deleted in turn', async () => {
@@ -286,6 +295,27 @@ describe('the cut-over: the cleanup of the live run converges', () => {
     // "Nothing to delete": generation 2 was released already, so the fence cleared without a DELETE.
     expect(live(sandboxId)).toBe(true);
     expect(await fenceOf(t.db, runId)).toBe(false);
+  });
+});
+
+describe('the cut-over: sandboxes no cleanup owns', () => {
+  it('the reclaimer deletes them once they looked leaked for the grace', async () => {
+    // The finished thread's idle sandbox, named by no row, and the container recorded under a
+    // generation already released (above), which no cleanup will delete.
+    const idle = sandboxIdOf(FINISHED_THREAD);
+    const keptAfterRelease = sandboxIdOf(LIVE_THREAD);
+    expect(await stack!.runReclaimer()).toMatchObject({ leaked: 2, reclaimed: 0 });
+    expect(live(idle) && live(keptAfterRelease)).toBe(true);
+
+    await letTimePass(t.db, GRACE_SECONDS + 1);
+    try {
+      expect(await stack!.runReclaimer()).toMatchObject({ reclaimed: 2 });
+    } finally {
+      // Time back where it was, so the rollback below compares the rows as the platform wrote them.
+      await letTimePass(t.db, -(GRACE_SECONDS + 1));
+    }
+
+    expect(live(idle) || live(keptAfterRelease)).toBe(false);
   });
 });
 

@@ -15,6 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { announceRunFinished } from '../../functions/adapters/publish.ts';
 import { QueueName } from '../../functions/adapters/queues.ts';
 import { migrate } from '../../infra/migrate.ts';
+import { readRunFacts } from '../../infra/ops/run-facts.ts';
 import {
   admitRun,
   adoptionScript,
@@ -267,6 +268,22 @@ describe('the cut-over: the cleanup of the live run converges', () => {
     expect(deletes.map((entry) => entry.sandboxId)).toEqual([sandboxId]);
     // The finished thread's sandbox is no cleanup's: left to the reclaimer (off here).
     expect(live(sandboxIdOf(FINISHED_THREAD))).toBe(true);
+  });
+
+  it("the facts `npm run ops -- explain` shows of the cleaned run come from the platform's tables", async () => {
+    const facts = await readRunFacts(t.db, LIVE_RUN);
+
+    expect(facts.run).toMatchObject({
+      uid: USER,
+      runtimeScopeId: LIVE_THREAD,
+      runType: 'chat',
+      status: 'completed',
+      terminal: true,
+      fencePending: false,
+      workdirPath: 'projects/22222222-2222-4222-8222-222222222222',
+      createdAt: '2026-11-30T12:00:00.000Z',
+    });
+    expect(facts.scope).toMatchObject({ blocked: false, sandbox: { generation: 1, released: true } });
   });
 
   it('the next run of the thread is admitted; its sandbox, counted one up, is deleted in turn', async () => {

@@ -10,9 +10,10 @@
  * - e2e: through the local stack (SQS emulator, provisioner, handlers) and the real CLIs.
  * - chaos: the seeded fault-injection suite and its harness.
  * - platform: through the local stack against a real FastAPI provisioner that behaves as the
- *   platform's does (test/platform/fastapi-provisioner/app.py). It needs Debian's python3-fastapi
- *   and python3-uvicorn, which a new clone may lack: `npm test` leaves it out, `.ci/run` installs
- *   them and runs `npm run test:platform` after the other tiers.
+ *   platform's does (test/platform/fastapi-provisioner/app.py), and the Python examples of
+ *   docs/adopting.md (examples/python/). It needs Debian's python3-fastapi, python3-uvicorn,
+ *   python3-boto3 and python3-psycopg2, which a new clone may lack: `npm test` leaves it out,
+ *   `.ci/run` installs them and runs `npm run test:platform` after the other tiers.
  *
  * All but unit share one PostgreSQL per run (test/support/global-setup.ts), and one driver:
  * DATABASE_DRIVER, else neon (test/support/suite-driver.ts), set in their workers' environment so

@@ -24,6 +24,7 @@ import { createHash } from 'node:crypto';
 import { readdir, readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import type { Database, Executor } from '../functions/adapters/database.ts';
+import { refuseTablesOfAnotherShape } from './contract-tables.ts';
 import { SUPERSEDED_MIGRATION_CHECKSUMS } from './superseded-migrations.ts';
 
 export const MIGRATIONS_DIR = fileURLToPath(new URL('./migrations/', import.meta.url));
@@ -185,6 +186,9 @@ export async function applySchema(
       }
     }
 
+    // A platform's own tables, met by the first migration: refused with what to map, before anything.
+    if (all.some((migration) => migration.version === 1) && !applied.has(1))
+      await refuseTablesOfAnotherShape(tx);
     const functionsApplied = await applyFunctionFiles(tx, functions);
     const done: number[] = [];
     for (const migration of all) {

@@ -6,6 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { type Database, openDatabase } from '../../functions/adapters/database.ts';
+import { CONTRACT_COLUMNS } from '../../infra/contract-tables.ts';
 import { loadMigrations, migrate } from '../../infra/migrate.ts';
 
 const CONTRACT_SCHEMA = `
@@ -62,5 +63,17 @@ describe('migrating a database that already has the contract schema', () => {
     );
     expect(rows[0]).toEqual({ pending: true, since_set: true, blocked: true });
     expect(await migrate(db)).toEqual([]);
+  });
+
+  it('the columns checked before the first migration are the migrated schema’s, type for type', async () => {
+    const { rows } = await db.query<{ table_name: string; column_name: string; data_type: string }>(
+      `SELECT table_name, column_name, data_type FROM information_schema.columns
+       WHERE table_schema = current_schema() AND table_name = ANY ($1::text[])`,
+      [Object.keys(CONTRACT_COLUMNS)],
+    );
+    const migrated = new Map(rows.map((row) => [`${row.table_name}.${row.column_name}`, row.data_type]));
+    for (const [table, columns] of Object.entries(CONTRACT_COLUMNS))
+      for (const [column, type] of Object.entries(columns))
+        expect(migrated.get(`${table}.${column}`), `${table}.${column}`).toBe(type);
   });
 });

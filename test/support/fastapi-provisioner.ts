@@ -54,32 +54,43 @@ export interface FastApiProvisioner {
   stop(): Promise<void>;
 }
 
-let dependencies: Promise<void> | undefined;
+const checked = new Map<string, Promise<void>>();
 
 /**
- * Fails with one line naming what is missing and how to install it: python3 itself, or Debian's
- * FastAPI or uvicorn.
+ * Fails with one line naming what is missing and how to install it: python3 itself, or one of
+ * Debian's packages that provide `modules`.
  */
+export function requirePythonModules(
+  modules: readonly string[],
+  debianPackages: readonly string[],
+): Promise<void> {
+  const key = modules.join(', ');
+  let check = checked.get(key);
+  if (!check) {
+    check = (async () => {
+      const install = `apt-get install -y ${debianPackages.join(' ')} (Debian; .ci/run does it)`;
+      try {
+        await promisify(execFile)(PYTHON, ['-I', '-B', '-c', `import ${key}`]);
+      } catch (error) {
+        const { code, stderr } = error as { code?: unknown; stderr?: string };
+        const missing = /No module named '?([\w.]+)'?/.exec(stderr ?? '')?.[1];
+        const what =
+          code === 'ENOENT'
+            ? `${PYTHON} does not exist`
+            : missing
+              ? `${PYTHON} has no module ${missing}`
+              : `${PYTHON} cannot import ${key}: ${(stderr ?? String(error)).trim().split('\n').at(-1)}`;
+        throw new Error(`the platform test tier needs Debian's Python with ${key}: ${what}; ${install}`);
+      }
+    })();
+    checked.set(key, check);
+  }
+  return check;
+}
+
+/** FastAPI and uvicorn, for the provisioner app. */
 export function requirePythonDependencies(): Promise<void> {
-  dependencies ??= (async () => {
-    const install = 'apt-get install -y python3-fastapi python3-uvicorn (Debian; .ci/run does it)';
-    try {
-      await promisify(execFile)(PYTHON, ['-I', '-B', '-c', 'import fastapi, uvicorn']);
-    } catch (error) {
-      const { code, stderr } = error as { code?: unknown; stderr?: string };
-      const missing = /No module named '?([\w.]+)'?/.exec(stderr ?? '')?.[1];
-      const what =
-        code === 'ENOENT'
-          ? `${PYTHON} does not exist`
-          : missing
-            ? `${PYTHON} has no module ${missing}`
-            : `${PYTHON} cannot import fastapi and uvicorn: ${(stderr ?? String(error)).trim().split('\n').at(-1)}`;
-      throw new Error(
-        `the platform test tier needs Debian's Python with FastAPI and uvicorn: ${what}; ${install}`,
-      );
-    }
-  })();
-  return dependencies;
+  return requirePythonModules(['fastapi', 'uvicorn'], ['python3-fastapi', 'python3-uvicorn']);
 }
 
 export async function startFastApiProvisioner(

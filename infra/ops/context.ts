@@ -30,7 +30,7 @@ import {
   DatabaseReadOnlyError,
   SchemaNotMigratedError,
 } from './errors.ts';
-import { type Stage, stageNamed, withStageDefaults } from './stage.ts';
+import { stageNamed, withStageDefaults } from './stage.ts';
 
 export type Env = Readonly<Record<string, string | undefined>>;
 
@@ -58,8 +58,6 @@ const LOCK_NOT_AVAILABLE_SQLSTATE = '55P03';
 export interface OpsContext {
   /** The process's environment, as given. */
   readonly env: Env;
-  /** `--stage`'s names, or undefined without it. */
-  readonly stage: Stage | undefined;
   /** What the configuration was read from: `env`, with the stage's defaults under `--stage`. */
   readonly configEnv: Env;
   /** Validated at start: a bad value ends every command with exit code 2 before anything connects. */
@@ -143,7 +141,6 @@ export function createOpsContext(env: Env, options: OpsOptions = {}): OpsContext
 
   return {
     env,
-    stage,
     configEnv,
     config,
     describe: {

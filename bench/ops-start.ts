@@ -2,8 +2,9 @@
  * `npm run bench:ops-start [-- --runs N]`: how long the operator CLI takes to answer `--help`, the
  * start every command pays before it does anything, run after run in child processes:
  *
- *   npm run ops            npm, then tsx compiling infra/ops/cli.ts and its modules (before the bin)
- *   tsx                    the same without npm (what the e2e tests spawn)
+ *   npm run ops, cold tsx  npm, then tsx compiling infra/ops/cli.ts and its modules (before the bin)
+ *   npm run ops            the same with tsx's cache of compiled modules filled by an earlier run
+ *   tsx                    that without npm (what the e2e tests spawn)
  *   bin, cold cache        bin/runtime-cleanup-ops.mjs with an empty V8 compile cache (a first run)
  *   bin                    the bin as it runs every time after that
  *
@@ -57,8 +58,16 @@ if (!existsSync(join(ROOT, 'dist/ops.mjs'))) {
   process.exit(2);
 }
 
+const NPM_RUN_OPS = ['run', '--silent', 'ops', '--', '--help'];
+
 const ways: Way[] = [
-  { name: 'npm run ops', command: 'npm', args: ['run', '--silent', 'ops', '--', '--help'] },
+  {
+    name: 'npm run ops, cold tsx',
+    command: 'npm',
+    args: NPM_RUN_OPS,
+    env: () => ({ env: { ...process.env, TSX_DISABLE_CACHE: '1' }, cleanup: () => {} }),
+  },
+  { name: 'npm run ops', command: 'npm', args: NPM_RUN_OPS },
   {
     name: 'tsx',
     command: process.execPath,
@@ -84,11 +93,12 @@ const load = () =>
     .map((value) => value.toFixed(2))
     .join(' ');
 console.log(`ops --help, ${runs} runs each, Node ${process.version}, load average ${load()}`);
-timeOnce(ways[3]!); // fills the compile cache the warm way reads
+// Fill the caches the warm ways read: tsx's compiled modules and the bin's V8 compile cache.
+for (const way of ways.filter((candidate) => !candidate.env)) timeOnce(way);
 for (const way of ways) {
   const times = Array.from({ length: runs }, () => timeOnce(way));
   console.log(
-    `${way.name.padEnd(16)} median ${median(times).toFixed(0).padStart(5)} ms   min ${Math.min(...times)
+    `${way.name.padEnd(22)} median ${median(times).toFixed(0).padStart(5)} ms   min ${Math.min(...times)
       .toFixed(0)
       .padStart(5)} ms   max ${Math.max(...times)
       .toFixed(0)

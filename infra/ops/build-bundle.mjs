@@ -1,7 +1,7 @@
 /**
  * Bundles the operator CLI (infra/ops/cli.ts) into one ES module, dist/ops.mjs, for the
  * `runtime-cleanup-ops` bin: Node loads one file instead of tsx compiling some seventy modules
- * at every start (about 3 s before, a few hundred milliseconds after; bench/README.md).
+ * at every start (`npm run ops -- --help` 1.5 s, the bin 0.3 s: docs/ops-cli.md, section 1).
  *
  *   node infra/ops/build-bundle.mjs [--outfile PATH]      # `npm run build:ops`; `prepare` runs it
  *

@@ -1,5 +1,6 @@
 /**
- * `npm run ops -- <command>`: parses the command line, dispatches to one command module
+ * `npm run ops -- <command>` and the `runtime-cleanup-ops` bin (bin/runtime-cleanup-ops.mjs, which
+ * runs this file's bundle): parses the command line, dispatches to one command module
  * (infra/ops/commands/), prints its output and exits with the documented code. Nothing else.
  */
 import { Console } from 'node:console';
@@ -17,11 +18,25 @@ import { renderCommandHelp, renderHelp } from './help.ts';
 const GLOBAL_OPTIONS = {
   json: { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
+  stage: { type: 'string' },
 } as const;
+
+/** Global options that take a value: before the command, their value is not the command's name. */
+const GLOBAL_VALUE_OPTIONS: ReadonlySet<string> = new Set(['--stage']);
 
 type Invocation =
   | { kind: 'help'; command: Command | undefined; exitCode: ExitCode }
-  | { kind: 'run'; command: Command; input: CommandInput; json: boolean };
+  | { kind: 'run'; command: Command; input: CommandInput; json: boolean; stage: string | undefined };
+
+/** Where the command's name is: the first word that is neither an option nor an option's value. */
+function commandIndex(argv: readonly string[]): number {
+  for (let at = 0; at < argv.length; at += 1) {
+    const arg = argv[at]!;
+    if (GLOBAL_VALUE_OPTIONS.has(arg)) at += 1;
+    else if (!arg.startsWith('-')) return at;
+  }
+  return -1;
+}
 
 function findCommand(name: string): Command {
   const command = COMMANDS.find((candidate) => candidate.name === name);
@@ -34,7 +49,7 @@ function findCommand(name: string): Command {
 }
 
 function parseInvocation(argv: readonly string[]): Invocation {
-  const at = argv.findIndex((arg) => !arg.startsWith('-'));
+  const at = commandIndex(argv);
   if (at === -1) {
     const asked = argv.includes('--help') || argv.includes('-h');
     if (!asked && argv.length) throw new UsageError(`a command is required before ${argv.join(' ')}`);
@@ -81,6 +96,7 @@ function parseInvocation(argv: readonly string[]): Invocation {
     kind: 'run',
     command,
     json: parsed.values.json === true,
+    stage: typeof parsed.values.stage === 'string' ? parsed.values.stage : undefined,
     input: {
       positionals: parsed.positionals,
       options: parsed.values as CommandInput['options'],
@@ -133,10 +149,7 @@ async function main(argv: readonly string[]): Promise<ExitCode> {
     invocation = parseInvocation(argv);
   } catch (error) {
     const failure = describeFailure(error);
-    await write(
-      process.stderr,
-      failureLine(argv.find((arg) => !arg.startsWith('-')) ?? '', failure, undefined),
-    );
+    await write(process.stderr, failureLine(argv[commandIndex(argv)] ?? '', failure, undefined));
     if (argv.includes('--json')) await write(process.stdout, safeJson({ error: failure }));
     return failure.exitCode;
   }
@@ -146,10 +159,10 @@ async function main(argv: readonly string[]): Promise<ExitCode> {
     return invocation.exitCode;
   }
 
-  const { command, input, json } = invocation;
+  const { command, input, json, stage } = invocation;
   let context: OpsContext | undefined;
   try {
-    context = createOpsContext(process.env);
+    context = createOpsContext(process.env, { stage });
     const output: CommandOutput = await command.run(input, context);
     // Database-sourced strings (run ids, reasons, actors) are in both: neither may reach the
     // terminal with a control character in it (see format.ts).

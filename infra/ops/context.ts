@@ -1,9 +1,12 @@
 /**
  * What a command runs against, built from the same configuration as the functions (DATABASE_URL,
  * AWS_ENDPOINT_URL_SQS, QUEUE_NAME_PREFIX, …), so the CLI works on the local stack and on AWS
- * alike. Connections are opened on first use: `check-config` never connects, `dlq` never opens
- * the database.
+ * alike; with `--stage` the stage fills in the queue prefix and the database URL's SSM parameter
+ * (stage.ts). Connections are opened on first use: `check-config` never connects (nor reads SSM),
+ * `dlq` never opens the database.
  */
+import { SSMClient } from '@aws-sdk/client-ssm';
+import { boundedAwsClientOptions } from '../../functions/adapters/aws-clients.ts';
 import {
   type CleanupConfig,
   loadConfig,
@@ -11,6 +14,7 @@ import {
   refuseParameterWithoutUrl,
 } from '../../functions/adapters/config.ts';
 import type { Database, Executor, RoundTripObserver } from '../../functions/adapters/database.ts';
+import { ssmDatabaseUrl } from '../../functions/adapters/database-url.ts';
 import {
   DatabaseAuthenticationError,
   DatabaseLockTimeoutError,
@@ -26,6 +30,7 @@ import {
   DatabaseReadOnlyError,
   SchemaNotMigratedError,
 } from './errors.ts';
+import { stageNamed, withStageDefaults } from './stage.ts';
 
 export type Env = Readonly<Record<string, string | undefined>>;
 
@@ -51,29 +56,60 @@ const READ_ONLY_SQLSTATE = '25006';
 const LOCK_NOT_AVAILABLE_SQLSTATE = '55P03';
 
 export interface OpsContext {
+  /** The process's environment, as given. */
   readonly env: Env;
+  /** What the configuration was read from: `env`, with the stage's defaults under `--stage`. */
+  readonly configEnv: Env;
   /** Validated at start: a bad value ends every command with exit code 2 before anything connects. */
   readonly config: CleanupConfig;
-  readonly databaseUrl: string;
-  /** For messages: the database URL without its password, the SQS endpoint or "AWS (SDK default)". */
-  readonly describe: { database: string; sqs: string };
+  /**
+   * For messages: the database URL without its password (with the SSM parameter it came from,
+   * once read), the SQS endpoint or "AWS (SDK default)".
+   */
+  readonly describe: { readonly database: string; readonly sqs: string };
   database(): Promise<Database>;
   queues(): Queues;
   telemetry(): Telemetry;
   close(): Promise<void>;
 }
 
-export function createOpsContext(env: Env): OpsContext {
-  const config = loadConfig(env);
-  refuseParameterWithoutUrl(config);
-  const databaseUrl = config.databaseUrl ?? DEFAULT_DATABASE_URL;
+/**
+ * SSM in the same region as SQS (createSqsClient's rule: AWS_REGION, else us-east-1), where the
+ * stage keeps both; AWS_ENDPOINT_URL_SSM, the SDK's own override, points it at a local endpoint.
+ */
+function operatorSsmClient(env: Env): SSMClient {
+  return new SSMClient({ ...boundedAwsClientOptions(), region: env.AWS_REGION?.trim() || 'us-east-1' });
+}
+
+export interface OpsOptions {
+  /** `--stage NAME`. */
+  stage?: string | undefined;
+}
+
+export function createOpsContext(env: Env, options: OpsOptions = {}): OpsContext {
+  const stage = options.stage === undefined ? undefined : stageNamed(options.stage);
+  const configEnv = stage ? withStageDefaults(env, stage) : env;
+  const config = loadConfig(configEnv);
+  // Without --stage a lone parameter is refused as before: the operator meant a deployed database.
+  if (!stage) refuseParameterWithoutUrl(config);
+  // Known at start unless it lives in SSM (--stage), which is read once, when a command first
+  // needs the database: check-config and dlq never ask SSM.
+  const parameterName = config.databaseUrl ? undefined : config.databaseUrlParameter;
+  let databaseUrl = parameterName ? undefined : (config.databaseUrl ?? DEFAULT_DATABASE_URL);
+  let ssm: SSMClient | undefined;
+  const readDatabaseUrl = async (): Promise<string> => {
+    if (databaseUrl !== undefined) return databaseUrl;
+    ssm ??= operatorSsmClient(env);
+    databaseUrl = await ssmDatabaseUrl({ client: ssm, parameterName: parameterName! }).current();
+    return databaseUrl;
+  };
   let database: Promise<Database> | undefined;
   let queues: Queues | undefined;
   let telemetry: Telemetry | undefined;
 
   const openChecked = async (): Promise<Database> => {
     const db = await openLocalDatabase({
-      url: databaseUrl,
+      url: await readDatabaseUrl(),
       driver: config.databaseDriver,
       wsProxy: config.databaseWsProxy,
       maxConnections: 4,
@@ -105,10 +141,15 @@ export function createOpsContext(env: Env): OpsContext {
 
   return {
     env,
+    configEnv,
     config,
-    databaseUrl,
     describe: {
-      database: redactUrl(databaseUrl),
+      get database() {
+        if (!parameterName) return redactUrl(databaseUrl!);
+        return databaseUrl === undefined
+          ? `(in SSM parameter ${parameterName}, not read)`
+          : `${redactUrl(databaseUrl)} from SSM parameter ${parameterName}`;
+      },
       sqs: config.sqsEndpoint ? redactUrl(config.sqsEndpoint) : 'AWS (SDK default endpoint)',
     },
     database() {
@@ -131,6 +172,7 @@ export function createOpsContext(env: Env): OpsContext {
         database?.then((db) => db.end()),
         closeLocalBridge(),
         Promise.resolve(queues?.client.destroy()),
+        Promise.resolve(ssm?.destroy()),
       ]);
       // A pool stuck on a dead socket must not keep the operator's terminal hanging.
       await Promise.race([closing, new Promise((resolve) => setTimeout(resolve, CLOSE_TIMEOUT_MS).unref())]);

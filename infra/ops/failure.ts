@@ -20,6 +20,8 @@ const EXIT_CODE_OF_CLEANUP_ERROR: Partial<Record<string, ExitCode>> = {
   // A refused login (a wrong or missing password): the database cannot be used, like one down.
   [InfrastructureErrorCode.DATABASE_AUTH_FAILED]: ExitCode.UNREACHABLE,
   [InfrastructureErrorCode.QUEUE_UNAVAILABLE]: ExitCode.UNREACHABLE,
+  // --stage: the database URL's SSM parameter is missing, not a SecureString, or not ours to read.
+  [InfrastructureErrorCode.DATABASE_URL_UNREADABLE]: ExitCode.UNREACHABLE,
   [InfrastructureErrorCode.DATABASE_LOCK_TIMEOUT]: ExitCode.BUSY,
   [ErrorCode.DELETE_IN_FLIGHT]: ExitCode.BUSY,
 };

@@ -17,7 +17,7 @@ export const EXIT_CODE_HELP: ReadonlyArray<[number, string, string]> = [
   [
     ExitCode.UNREACHABLE,
     'unreachable',
-    'database or SQS unreachable (down, no such database, login refused), read-only (a replica), schema not migrated, or queue missing',
+    'database or SQS unreachable (down, no such database, login refused), read-only (a replica), schema not migrated, queue missing, or (--stage) the database URL unreadable from SSM',
   ],
   [
     ExitCode.BUSY,
@@ -55,6 +55,10 @@ export function renderHelp(commands: readonly Command[]): string {
     'Options of every command',
     ...columns([
       ['--json', 'print one JSON document (stable shape) instead of tables; errors as {"error": {...}}'],
+      [
+        '--stage <name>',
+        'a deployed stage: its queues (<name>-*) and its database URL from SSM /runtime-cleanup/<name>/database-url; the variables below win',
+      ],
       ['-h, --help', 'help'],
     ]),
     '',
@@ -63,7 +67,10 @@ export function renderHelp(commands: readonly Command[]): string {
     '',
     'Configuration (environment; the same as the functions)',
     ...columns([
-      ['DATABASE_URL', `default ${DEFAULT_DATABASE_URL}; deployed, export it from its SSM parameter`],
+      [
+        'DATABASE_URL',
+        `default ${DEFAULT_DATABASE_URL}; deployed, use --stage (or export it from its SSM parameter)`,
+      ],
       ['DATABASE_DRIVER', 'neon or tcp; unset: neon for Neon hosts (*.neon.tech), tcp otherwise'],
       [
         'DATABASE_WS_PROXY',
@@ -89,6 +96,7 @@ export function renderCommandHelp(command: Command): string {
       spec.description,
     ]),
     ['--json', 'print one JSON document instead of tables'],
+    ['--stage <name>', "a deployed stage's queues and database (npm run ops -- help)"],
   ];
   return [
     `${INVOCATION} ${synopsis(command)} [options]`,

@@ -43,7 +43,8 @@ export interface LadderCheck {
 export interface Setting {
   variable: string;
   value: string;
-  source: 'environment' | 'default';
+  /** `stage`: filled in by `--stage` (stage.ts), the environment having left it unset. */
+  source: 'environment' | 'stage' | 'default';
 }
 
 function ladder(config: CleanupConfig): Array<LadderCheck & { failure: () => ConfigError }> {
@@ -121,18 +122,29 @@ function ladder(config: CleanupConfig): Array<LadderCheck & { failure: () => Con
   return checks;
 }
 
-function settings(env: Env, config: CleanupConfig): Setting[] {
-  const given = (name: string) => env[name] !== undefined && env[name]!.trim() !== '';
+function databaseUrlValue(config: CleanupConfig): string {
+  if (config.databaseUrl) return redactUrl(config.databaseUrl);
+  // check-config connects nowhere, SSM included: the parameter is named, not read.
+  if (config.databaseUrlParameter) return `(from DATABASE_URL_PARAMETER, read when a command needs it)`;
+  return redactUrl(DEFAULT_DATABASE_URL);
+}
+
+function settings(env: Env, configEnv: Env, config: CleanupConfig): Setting[] {
+  const setIn = (from: Env, name: string) => from[name] !== undefined && from[name]!.trim() !== '';
+  const source = (name: string): Setting['source'] =>
+    setIn(env, name) ? 'environment' : setIn(configEnv, name) ? 'stage' : 'default';
+  const given = (name: string) => setIn(env, name);
   const list: Setting[] = [
     {
       variable: 'DATABASE_URL',
-      value: redactUrl(config.databaseUrl ?? DEFAULT_DATABASE_URL),
-      source: given('DATABASE_URL') ? 'environment' : 'default',
+      value: databaseUrlValue(config),
+      // Read from the parameter: from wherever the parameter's name came.
+      source: config.databaseUrl ? source('DATABASE_URL') : source('DATABASE_URL_PARAMETER'),
     },
     {
       variable: 'DATABASE_URL_PARAMETER',
       value: config.databaseUrlParameter ?? '(unset: DATABASE_URL is used as given)',
-      source: given('DATABASE_URL_PARAMETER') ? 'environment' : 'default',
+      source: source('DATABASE_URL_PARAMETER'),
     },
     {
       variable: 'AWS_ENDPOINT_URL_SQS',
@@ -142,7 +154,7 @@ function settings(env: Env, config: CleanupConfig): Setting[] {
     {
       variable: 'QUEUE_NAME_PREFIX',
       value: config.queueNamePrefix || '(none)',
-      source: given('QUEUE_NAME_PREFIX') ? 'environment' : 'default',
+      source: source('QUEUE_NAME_PREFIX'),
     },
     {
       variable: 'SANDBOX_PROVISIONER_URL',
@@ -195,7 +207,7 @@ export const checkConfigCommand: Command = {
       left,
       right,
     }));
-    const settingsResult = settings(context.env, context.config);
+    const settingsResult = settings(context.env, context.configEnv, context.config);
     const c = context.config;
     const text = [
       'Configuration is valid.',

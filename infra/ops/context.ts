@@ -10,7 +10,7 @@ import {
   redactUrl,
   refuseParameterWithoutUrl,
 } from '../../functions/adapters/config.ts';
-import type { Database, Executor, RoundTripObserver } from '../../functions/adapters/database.ts';
+import type { Database, Executor } from '../../functions/adapters/database.ts';
 import {
   DatabaseAuthenticationError,
   DatabaseLockTimeoutError,
@@ -210,8 +210,8 @@ function withSchemaCheck(db: Database, lockTimeoutMs: number): Database {
         throw translate(error);
       });
     },
-    transact<Row>(text: string, values?: readonly unknown[], observeRoundTrip?: RoundTripObserver) {
-      return db.transact<Row>(text, values, observeRoundTrip).catch((error: unknown) => {
+    transact<Row>(text: string, values?: readonly unknown[]) {
+      return db.transact<Row>(text, values).catch((error: unknown) => {
         throw translate(error);
       });
     },

@@ -9,16 +9,16 @@
  *
  * It is built from the very same parts as the split protocol (the same lock statement, the same
  * rules: `inspectRun` reads them through the product's SQL functions; the same ProvisionerClient,
- * the same fence-clearing statement), so the benchmark compares exactly one thing: where the
- * external delete happens.
+ * the same fence-clearing updates: clear-fence.ts), so the benchmark compares exactly one thing:
+ * where the external delete happens.
  */
 
 import type { Database } from '../../functions/adapters/database.ts';
 import type { ProvisionerClient } from '../../functions/adapters/provisioner-client.ts';
 import { OwnershipConflictError, RunNotFoundError } from '../../functions/cleanup/errors.ts';
-import { clearFence } from '../../functions/cleanup/finalize.ts';
 import { lockScopeOfRun } from '../../functions/cleanup/scope-lock.ts';
 import { type ReleaseOutcome, RunType } from '../../functions/cleanup/types.ts';
+import { clearFence } from './clear-fence.ts';
 import { inspectRun } from './inspect-run.ts';
 
 export const BaselineOutcome = {
@@ -68,7 +68,7 @@ export async function cleanupWithDeleteInsideTransaction(
         deleteTimeoutMs: options.provisionerDeleteTimeoutMs,
       });
     }
-    // The same write as finalize's (functions/cleanup/finalize.ts), so both designs clear alike.
+    // The same two updates as finalize's (runtime_cleanup_finalize), so both designs clear alike.
     await clearFence(tx, {
       runId,
       uid: facts.uid,

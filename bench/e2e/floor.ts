@@ -23,10 +23,11 @@ import {
 } from '@aws-sdk/client-sqs';
 import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { Agent, request } from 'undici';
-import type { Database, RoundTripTiming } from '../../functions/adapters/database.ts';
+import type { PooledDatabase } from '../../functions/adapters/database.ts';
 import { createSqsClient } from '../../functions/adapters/queues.ts';
 import { createEventSource, type EventSource } from '../../infra/local/event-source.ts';
 import { type FloorTarget, floorCheck, floorClear } from '../support/floor-transactions.ts';
+import { observeTransactions, type RoundTripTiming } from '../support/observed-transactions.ts';
 import { countSqsCalls } from './sqs-call-counter.ts';
 
 /** One one-trip transaction's round trip as the client saw it, and its lock hold on the server. */
@@ -43,13 +44,13 @@ export interface Floor {
   sqsCalls(): Record<string, number>;
   /** Lock holds (each transaction's round trip, and its time on the server), since the last call. */
   takeLockHolds(): LockHold[];
-  db: Database;
+  db: PooledDatabase;
   stop(): Promise<void>;
 }
 
 export async function startFloor(options: {
   sqsEndpoint: string;
-  db: Database;
+  db: PooledDatabase;
   provisionerUrl: string;
   /** Pollers per hop, as the stack's per queue. */
   concurrency: readonly [number, number, number];
@@ -72,9 +73,9 @@ export async function startFloor(options: {
     await queue('floor-done'),
   ];
   const holds: LockHold[] = [];
-  const observe = (timing: LockHold) => holds.push(timing);
   const http = new Agent({ keepAliveTimeout: 30_000 });
   const { db } = options;
+  const observed = observeTransactions(db, (timing) => holds.push(timing));
 
   const send = (url: string, body: Hop) =>
     sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: JSON.stringify(body) }));
@@ -89,7 +90,7 @@ export async function startFloor(options: {
     [
       first,
       each(async ({ runId }) => {
-        await send(second.url, await floorCheck(db, runId, observe));
+        await send(second.url, await floorCheck(observed, runId));
       }),
       options.concurrency[0],
     ],
@@ -112,7 +113,7 @@ export async function startFloor(options: {
     [
       third,
       each(async (hop) => {
-        await floorClear(db, hop as FloorTarget, observe);
+        await floorClear(observed, hop as FloorTarget);
         await send(done.url, { runId: hop.runId });
       }),
       options.concurrency[2],

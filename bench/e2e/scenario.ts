@@ -43,6 +43,7 @@ import {
   memoryGrowth,
   sampleAfterGc,
 } from '../support/memory.ts';
+import { observedTransact } from '../support/observed-transactions.ts';
 import { BENCH_DATABASE_DRIVER, warmPool } from '../support/pools.ts';
 import type { BenchPostgres } from '../support/postgres.ts';
 import { deletesByGeneration, waitForSandboxesReady } from '../support/sandboxes.ts';
@@ -238,15 +239,10 @@ export async function runE2eScenario(context: E2eContext): Promise<E2eReport> {
     const platformDb = await database.open({ maxConnections: 8 });
     await warmPool(platformDb, 8);
     const platform = new PlatformSimulator(platformDb, benchQueues, stack.provisionerUrl);
-    // The functions share the stack's one Database object: timing its one-trip transactions here
-    // times every lock hold of the protocol (fence check, release guard, finalize).
+    // The functions share the stack's one Database object: observing its one-trip transactions
+    // here times every lock hold of the protocol (fence check, release guard, finalize).
     const projectHolds: LockHold[] = [];
-    const transact = stack.db.transact.bind(stack.db);
-    stack.db.transact = (text, values, observe) =>
-      transact(text, values, (timing) => {
-        projectHolds.push(timing);
-        observe?.(timing);
-      });
+    stack.db.transact = observedTransact(stack.db, (timing) => projectHolds.push(timing));
     const floorDb = await database.open({ maxConnections: STACK_DB_CONNECTIONS });
     const floorBatchSizes = [
       FUNCTION_DEFINITIONS.fenceCheck.batchSize,

@@ -13,7 +13,7 @@
  * queues between them: this part isolates what the database sees. Part 2 adds the queues.
  */
 import type { CleanupConfig } from '../../functions/adapters/config.ts';
-import type { Database } from '../../functions/adapters/database.ts';
+import type { PooledDatabase } from '../../functions/adapters/database.ts';
 import { ProvisionerClient } from '../../functions/adapters/provisioner-client.ts';
 import { createQueues } from '../../functions/adapters/queues.ts';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
@@ -333,7 +333,7 @@ type Cleanup = (runId: string) => Promise<void>;
 
 function buildCleanup(
   design: Design,
-  db: Database,
+  db: PooledDatabase,
   record: (sample: LockHoldSample) => void,
   parts: { config: CleanupConfig; provider: SandboxProvider; client: ProvisionerClient },
 ): Cleanup {

@@ -6,9 +6,10 @@
  *
  * Each notes when it took the scope's advisory lock (`runtime_cleanup_note_lock_taken`, installed
  * with the instrumented decision functions by instrumented-functions.ts), as those do, so its hold
- * is measured on the server's clock in the same way.
+ * is measured on the server's clock in the same way when the caller observes its transactions
+ * (observed-transactions.ts).
  */
-import type { Database, RoundTripTiming } from '../../functions/adapters/database.ts';
+import type { Database } from '../../functions/adapters/database.ts';
 
 /** Phase 1 of the floor: scope lock, row lock, the sandbox to delete. */
 const FLOOR_CHECK = `
@@ -44,16 +45,14 @@ export interface FloorTarget {
   generation: string;
 }
 
-type Observe = (timing: RoundTripTiming) => void;
-
 /** Phase 1: locks the scope and the run, reads the sandbox. Throws when the run has none. */
-export async function floorCheck(db: Database, runId: string, observe?: Observe): Promise<FloorTarget> {
+export async function floorCheck(db: Pick<Database, 'transact'>, runId: string): Promise<FloorTarget> {
   const { rows } = await db.transact<{
     uid: string;
     runtime_scope_id: string;
     sandbox_id: string;
     generation: string;
-  }>(FLOOR_CHECK, [runId], observe);
+  }>(FLOOR_CHECK, [runId]);
   const row = rows[0];
   if (!row) throw new Error(`floor check: run ${runId} has no sandbox`);
   return {
@@ -66,10 +65,12 @@ export async function floorCheck(db: Database, runId: string, observe?: Observe)
 }
 
 /** Phase 3: the same locks, the fence cleared, the generation marked released. */
-export async function floorClear(db: Database, target: FloorTarget, observe?: Observe): Promise<void> {
-  await db.transact(
-    FLOOR_CLEAR,
-    [target.runId, target.uid, target.runtimeScopeId, target.sandboxId, target.generation],
-    observe,
-  );
+export async function floorClear(db: Pick<Database, 'transact'>, target: FloorTarget): Promise<void> {
+  await db.transact(FLOOR_CLEAR, [
+    target.runId,
+    target.uid,
+    target.runtimeScopeId,
+    target.sandboxId,
+    target.generation,
+  ]);
 }

@@ -6,7 +6,8 @@
  * server's time on the message includes any wait for the lock behind another holder. So in a
  * benchmark database each decision function records, in a transaction-local setting, the moment it
  * first took the scope's advisory lock (`runtime_cleanup.lock_taken_at`, epoch seconds); an
- * observed `Database.transact` message reads it before COMMIT and the clock after COMMIT.
+ * observed one-trip transaction (observed-transactions.ts) reads it before COMMIT and the clock
+ * after COMMIT.
  *
  * The product keeps one body per function (infra/sql/) and never notes anything: a product
  * database reads the setting as unset. The instrumented copies are generated here, at run time,

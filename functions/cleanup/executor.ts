@@ -52,39 +52,13 @@ export interface Database extends Executor {
   transact<Row = Record<string, unknown>>(
     text: string,
     values?: readonly unknown[],
-    /**
-     * Told, once answered, the message's round trip as this process saw it (the wait for a pool
-     * slot is not in it), the server's time on it, and how long the decision held the scope's
-     * lock on the server's clock (the benchmarks report them). Only an observed message carries
-     * the extra statements that read them.
-     */
-    observeRoundTrip?: RoundTripObserver,
   ): Promise<{ rows: Row[]; rowCount: number }>;
   /**
-   * Round trips and transactions so far (the benchmarks report them per cleanup), and how often a
-   * statement or transaction was sent again after a lost connection.
+   * Messages sent to the server and transactions begun so far, and how often a statement or
+   * transaction was sent again after a lost connection: what the integration tests count to hold
+   * the adapter to its contract (one round trip per decision, one retry on a lost connection),
+   * and what the benchmark reports as round trips per cleanup (docs/capacity.md).
    */
   readonly stats: { queries: number; transactions: number; reconnects: number };
   end(): Promise<void>;
 }
-
-/** What an observed one-trip transaction reports (`Database.transact`'s third argument). */
-export interface RoundTripTiming {
-  /** Sent on its connection → answered, as this process saw it (its event-loop delay included). */
-  roundTripMs: number;
-  /**
-   * The server's own time on the message: from its receipt (`statement_timestamp()`, which
-   * PostgreSQL sets once per simple-query message) to just after its COMMIT. Waits for locks are
-   * in it; the trip back and this process's delay are not.
-   */
-  serverMs: number;
-  /**
-   * The scope's advisory lock (and the row locks taken after it) held: from when the decision
-   * took it (`runtime_cleanup.lock_taken_at`) to just after the COMMIT, on the server's clock.
-   * Only the benchmark's instrumented functions note it (bench/support/instrumented-functions.ts):
-   * null on a product database, and when the statement took no such lock.
-   */
-  lockHeldMs: number | null;
-}
-
-export type RoundTripObserver = (timing: RoundTripTiming) => void;

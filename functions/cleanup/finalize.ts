@@ -1,5 +1,5 @@
 import { RunNotFoundError } from './errors.ts';
-import type { Database, Executor } from './executor.ts';
+import type { Database } from './executor.ts';
 import { type CleanupIdentity, DeferralReason, FinalizeOutcome, type FinalizeResult } from './types.ts';
 
 /**
@@ -64,44 +64,4 @@ export async function finalize(db: Database, identity: CleanupIdentity): Promise
       return { outcome: FinalizeOutcome.CLEARED, cleanedAt: new Date(row.cleaned_at!).toISOString() };
   }
   throw new Error(`runtime_cleanup_finalize returned an unknown decision ${row.decision}`);
-}
-
-/**
- * Clears the fence and marks the captured generation released (naming it), in one statement. The
- * fence is cleared only if it is still up; the generation only if it is still the captured one.
- */
-const CLEAR_FENCE = `
-  WITH cleared AS (
-    UPDATE agent_runs SET runtime_cleanup_pending = false, updated_at = now()
-    WHERE id = $1::text AND runtime_cleanup_pending
-    RETURNING id
-  ),
-  released AS (
-    UPDATE sandbox_runtimes
-    SET released_at = now(), released_sandbox_id = sandbox_id, released_generation = generation
-    WHERE uid = $2::text AND runtime_scope_id = $3::text AND generation = $4::bigint AND sandbox_id = $5::text
-      AND NOT runtime_cleanup_generation_released(released_at, released_sandbox_id, released_generation,
-                                                  sandbox_id, generation)
-      AND EXISTS (SELECT 1 FROM cleared)
-    RETURNING generation
-  )
-  SELECT (SELECT count(*) FROM cleared)::int AS cleared, to_json(now()) #>> '{}' AS cleaned_at`;
-
-/**
- * The write of phase 3 as a separate statement, for the benchmarks' baseline (the old design,
- * which deletes inside its transaction): a caller that holds the scope's advisory lock and the
- * run's row lock and has re-checked everything. Returns when it happened (ISO).
- */
-export async function clearFence(
-  tx: Executor,
-  target: Pick<CleanupIdentity, 'runId' | 'uid' | 'runtimeScopeId' | 'sandboxId' | 'generation'>,
-): Promise<string> {
-  const { rows } = await tx.query<{ cleared: number; cleaned_at: string }>(CLEAR_FENCE, [
-    target.runId,
-    target.uid,
-    target.runtimeScopeId,
-    target.generation,
-    target.sandboxId,
-  ]);
-  return new Date(rows[0]!.cleaned_at).toISOString();
 }

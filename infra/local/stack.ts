@@ -7,7 +7,7 @@ import {
   refuseParameterWithoutUrl,
   validProvisionerUrl,
 } from '../../functions/adapters/config.ts';
-import { type Database, openDatabase } from '../../functions/adapters/database.ts';
+import { openDatabase, type PooledDatabase } from '../../functions/adapters/database.ts';
 import type { DatabaseDriver } from '../../functions/adapters/database-driver.ts';
 import { FUNCTION_LOG_NAMES, type Infrastructure } from '../../functions/adapters/infrastructure.ts';
 import { withObservability } from '../../functions/adapters/lambda.ts';
@@ -97,7 +97,7 @@ export interface StackOptions {
 
 export interface Stack {
   config: CleanupConfig;
-  db: Database;
+  db: PooledDatabase;
   /** The same queue client the functions use (stats count every call). */
   queues: Queues;
   sqs: SQSClient;

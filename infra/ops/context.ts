@@ -13,7 +13,7 @@ import {
   redactUrl,
   refuseParameterWithoutUrl,
 } from '../../functions/adapters/config.ts';
-import type { Database, Executor, RoundTripObserver } from '../../functions/adapters/database.ts';
+import type { Database, Executor } from '../../functions/adapters/database.ts';
 import { ssmDatabaseUrl } from '../../functions/adapters/database-url.ts';
 import {
   DatabaseAuthenticationError,
@@ -252,8 +252,8 @@ function withSchemaCheck(db: Database, lockTimeoutMs: number): Database {
         throw translate(error);
       });
     },
-    transact<Row>(text: string, values?: readonly unknown[], observeRoundTrip?: RoundTripObserver) {
-      return db.transact<Row>(text, values, observeRoundTrip).catch((error: unknown) => {
+    transact<Row>(text: string, values?: readonly unknown[]) {
+      return db.transact<Row>(text, values).catch((error: unknown) => {
         throw translate(error);
       });
     },

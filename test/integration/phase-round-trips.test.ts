@@ -1,7 +1,12 @@
 import { beforeAll, describe, expect, inject, it } from 'vitest';
 import { floorCheck, floorClear } from '../../bench/support/floor-transactions.ts';
 import { installLockTakenNote } from '../../bench/support/instrumented-functions.ts';
-import { type Database, openDatabase, type RoundTripTiming } from '../../functions/adapters/database.ts';
+import {
+  observedTransact,
+  observeTransactions,
+  type RoundTripTiming,
+} from '../../bench/support/observed-transactions.ts';
+import { type Database, openDatabase } from '../../functions/adapters/database.ts';
 import { DATABASE_DRIVERS } from '../../functions/adapters/database-driver.ts';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { finalize } from '../../functions/cleanup/finalize.ts';
@@ -92,12 +97,16 @@ describe.each(DATABASE_DRIVERS)(
       const db = await fixture.t.connect({ maxConnections: 1, driver });
       const s = await finishedRootRun(fixture.t.db);
       const observed: RoundTripTiming[] = [];
-      const { rows } = await db.transact<{ decision: string }>(
-        'SELECT decision FROM runtime_cleanup_fence_check($1::text)',
-        [s.rootRunId],
-        (timing) => observed.push(timing),
+      const observedDb = observeTransactions(db, (timing) => observed.push(timing));
+      const trip = await roundTrips(db, () =>
+        observedDb.transact<{ decision: string }>(
+          'SELECT decision FROM runtime_cleanup_fence_check($1::text)',
+          [s.rootRunId],
+        ),
       );
-      expect(rows[0]?.decision).toBe('release_needed');
+      expect(trip.result.rows[0]?.decision).toBe('release_needed');
+      // Observed, the message is still one, and still one transaction.
+      expect([trip.trips, trip.transactions]).toEqual([1, 1]);
       expect(observed).toHaveLength(1);
       expect(observed[0]!.lockHeldMs).toBeNull();
       const { rows: noted } = await fixture.t.db.query<{ n: number }>(
@@ -111,7 +120,7 @@ describe.each(DATABASE_DRIVERS)(
 /**
  * The benchmark's server-side lock-hold clock: its instrumented copies of the decision functions,
  * generated from infra/sql/ and installed into this describe's own database only, note when each
- * took the scope's lock; an observed message reads it.
+ * took the scope's lock; an observed message (bench/support/observed-transactions.ts) reads it.
  */
 describe('the benchmark’s lock-hold clock, on a database with its instrumented copies', () => {
   const bench = useDatabaseFixture();
@@ -130,13 +139,14 @@ describe('the benchmark’s lock-hold clock, on a database with its instrumented
     const db = await bench.t.connect({ maxConnections: 1 });
     const s = await finishedRootRun(bench.t.db);
     const timings: RoundTripTiming[] = [];
-    const checked = await roundTrips(db, () => floorCheck(db, s.rootRunId, (t) => timings.push(t)));
+    const observed = observeTransactions(db, (t) => timings.push(t));
+    const checked = await roundTrips(db, () => floorCheck(observed, s.rootRunId));
     expect(checked.result).toMatchObject({
       runId: s.rootRunId,
       uid: s.uid,
       runtimeScopeId: s.runtimeScopeId,
     });
-    const cleared = await roundTrips(db, () => floorClear(db, checked.result, (t) => timings.push(t)));
+    const cleared = await roundTrips(db, () => floorClear(observed, checked.result));
     for (const trip of [checked, cleared]) expect([trip.trips, trip.transactions]).toEqual([1, 1]);
     expect(timings).toHaveLength(2);
     for (const timing of timings) {
@@ -156,7 +166,7 @@ describe('the benchmark’s lock-hold clock, on a database with its instrumented
   it('an observed decision reports its lock hold and the server time, within its round trip, in one trip', async () => {
     const db = await bench.t.connect({ maxConnections: 1 });
     const observed: RoundTripTiming[] = [];
-    const observe = (timing: RoundTripTiming) => observed.push(timing);
+    const transact = observedTransact(db, (timing) => observed.push(timing));
     const s = await finishedRootRun(bench.t.db);
     const key = [s.uid, s.runtimeScopeId];
 
@@ -177,18 +187,16 @@ describe('the benchmark’s lock-hold clock, on a database with its instrumented
     });
     await lockTaken;
     const trip = await roundTrips(db, () =>
-      db.transact<{ decision: string }>(
-        'SELECT decision FROM runtime_cleanup_fence_check($1::text)',
-        [s.rootRunId],
-        observe,
-      ),
+      transact<{ decision: string }>('SELECT decision FROM runtime_cleanup_fence_check($1::text)', [
+        s.rootRunId,
+      ]),
     );
     await holding;
     expect(trip.result.rows[0]?.decision).toBe('release_needed');
     expect({ trips: trip.trips, transactions: trip.transactions }).toEqual({ trips: 1, transactions: 1 });
 
     // A statement that takes no decision lock: no hold, only the server's time (60 ms of sleep).
-    await db.transact('SELECT 1 FROM pg_sleep(0.06)', [], observe);
+    await transact('SELECT 1 FROM pg_sleep(0.06)', []);
 
     expect(observed).toHaveLength(2);
     const [decision, sleep] = observed as [RoundTripTiming, RoundTripTiming];
@@ -232,8 +240,9 @@ describe('the benchmark’s lock-hold clock, on a database with its instrumented
       try {
         const s = await finishedRootRun(bench.t.db);
         const observed: RoundTripTiming[] = [];
-        await db.transact('SELECT decision FROM runtime_cleanup_fence_check($1::text)', [s.rootRunId], (t) =>
-          observed.push(t),
+        await observedTransact(db, (t) => observed.push(t))(
+          'SELECT decision FROM runtime_cleanup_fence_check($1::text)',
+          [s.rootRunId],
         );
         const [timing] = observed as [RoundTripTiming];
         expect(timing.lockHeldMs).not.toBeNull();

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { inject } from 'vitest';
-import { type Database, openDatabase } from '../../functions/adapters/database.ts';
+import { type Database, openDatabase, type PooledDatabase } from '../../functions/adapters/database.ts';
 import type { DatabaseDriver } from '../../functions/adapters/database-driver.ts';
 import { TEST_CONNECT_TIMEOUT_MS } from './connect-bound.ts';
 import { reconnectServers, throughPooler } from './pgbouncer.ts';
@@ -15,7 +15,7 @@ export interface TestDatabase {
   /** The tests' pool; replaced by setDefaultIsolation, so read it where it is used. */
   db: Database;
   /** Opens another independent pool on the same database (a "different process"). */
-  connect(options?: ConnectOptions): Promise<Database>;
+  connect(options?: ConnectOptions): Promise<PooledDatabase>;
   /**
    * ALTER DATABASE ... SET (a level) or RESET (null) default_transaction_isolation, seen by every
    * transaction after it, pooled ones included (their server connections log in again).

@@ -16,10 +16,10 @@
 import type { Database } from '../../functions/adapters/database.ts';
 import type { ProvisionerClient } from '../../functions/adapters/provisioner-client.ts';
 import { OwnershipConflictError, RunNotFoundError } from '../../functions/cleanup/errors.ts';
-import { lockScopeOfRun } from '../../functions/cleanup/scope-lock.ts';
 import { type ReleaseOutcome, RunType } from '../../functions/cleanup/types.ts';
 import { clearFence } from './clear-fence.ts';
 import { inspectRun } from './inspect-run.ts';
+import { lockScopeOfRun } from './scope-lock.ts';
 
 export const BaselineOutcome = {
   CLEARED: 'cleared',

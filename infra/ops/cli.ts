@@ -14,6 +14,7 @@ import { ExitCode } from './exit-codes.ts';
 import { describeFailure, type Failure } from './failure.ts';
 import { oneLine, printable, safeJson } from './format.ts';
 import { renderCommandHelp, renderHelp } from './help.ts';
+import { stageNamed, stageOverrides } from './stage.ts';
 
 const GLOBAL_OPTIONS = {
   json: { type: 'boolean' },
@@ -162,6 +163,11 @@ async function main(argv: readonly string[]): Promise<ExitCode> {
   const { command, input, json, stage } = invocation;
   let context: OpsContext | undefined;
   try {
+    if (stage !== undefined) {
+      for (const line of stageOverrides(process.env, stageNamed(stage))) {
+        await write(process.stderr, oneLine(`ops ${command.name}: ${line}`));
+      }
+    }
     context = createOpsContext(process.env, { stage });
     const output: CommandOutput = await command.run(input, context);
     // Database-sourced strings (run ids, reasons, actors) are in both: neither may reach the

@@ -11,6 +11,7 @@
  * stage's database, a queue prefix of one's own). test/unit/ops-stage.test.ts checks these names
  * against serverless.yml.
  */
+import { redactConnectionString } from '../../functions/adapters/redact.ts';
 import type { Env } from './context.ts';
 import { UsageError } from './errors.ts';
 
@@ -51,4 +52,42 @@ export function withStageDefaults(env: Env, stage: Stage): Env {
         ? env.DATABASE_URL_PARAMETER
         : stage.databaseUrlParameter,
   };
+}
+
+/**
+ * One line per exported variable that overrides what `--stage` names, for stderr before the
+ * command runs. The environment wins (see withStageDefaults), and an on-call shell often still
+ * holds the last incident's DATABASE_URL or QUEUE_NAME_PREFIX: without a word, `--stage prod
+ * fences` would answer "No pending fences." about another stage's database and exit 0. The URL is
+ * shown with its password hidden.
+ */
+export function stageOverrides(env: Env, stage: Stage): string[] {
+  const given = (name: string) => env[name] !== undefined && env[name]!.trim() !== '';
+  const lines: string[] = [];
+  const overriding = (what: string, instead: string) =>
+    `--stage ${stage.name}: ${what} from the environment is used instead of ${instead}; unset it to use the stage's`;
+  if (given('DATABASE_URL')) {
+    lines.push(
+      overriding(
+        `DATABASE_URL (${redactConnectionString(env.DATABASE_URL!)})`,
+        `SSM ${stage.databaseUrlParameter}`,
+      ),
+    );
+  } else if (given('DATABASE_URL_PARAMETER') && env.DATABASE_URL_PARAMETER !== stage.databaseUrlParameter) {
+    lines.push(
+      overriding(
+        `DATABASE_URL_PARAMETER (${env.DATABASE_URL_PARAMETER})`,
+        `SSM ${stage.databaseUrlParameter}`,
+      ),
+    );
+  }
+  if (env.QUEUE_NAME_PREFIX !== undefined && env.QUEUE_NAME_PREFIX !== stage.queueNamePrefix) {
+    lines.push(
+      overriding(
+        `QUEUE_NAME_PREFIX (${JSON.stringify(env.QUEUE_NAME_PREFIX)})`,
+        `the queue prefix ${stage.queueNamePrefix}`,
+      ),
+    );
+  }
+  return lines;
 }

@@ -196,6 +196,16 @@ describe('the runtime-cleanup-ops bin', { timeout: 3 * CHILD_TIMEOUT_MS }, () =>
     // The base names' DLQs, which hold nothing: not the stage's.
     expect(dlq.code, dlq.stderr).toBe(0);
     expect(parsed<DlqResult>(dlq).total).toBe(0);
+    // ...and each says so on stderr, the password hidden: a shell still holding the last
+    // incident's URL or prefix must not answer silently about another stage.
+    expect(fences.stderr).toMatch(
+      new RegExp(
+        `--stage ${STAGE}: DATABASE_URL \\(.*\\) from the environment is used instead of SSM ${PARAMETER}`,
+      ),
+    );
+    expect(dlq.stderr).toContain(
+      `--stage ${STAGE}: QUEUE_NAME_PREFIX ("") from the environment is used instead of the queue prefix ${STAGE}-`,
+    );
     expectNoPassword(fences, dlq);
   });
 

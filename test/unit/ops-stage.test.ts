@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { createOpsContext } from '../../infra/ops/context.ts';
 import { UsageError } from '../../infra/ops/errors.ts';
-import { stageNamed, withStageDefaults } from '../../infra/ops/stage.ts';
+import { stageNamed, stageOverrides, withStageDefaults } from '../../infra/ops/stage.ts';
 import { REPO_ROOT } from '../support/docs.ts';
 
 const serverless = parse(readFileSync(join(REPO_ROOT, 'serverless.yml'), 'utf8')) as {
@@ -60,5 +60,29 @@ describe('ops --stage', () => {
     expect(() => createOpsContext({ DATABASE_URL_PARAMETER: '/runtime-cleanup/prod/database-url' })).toThrow(
       /this command does not read DATABASE_URL_PARAMETER/,
     );
+  });
+
+  it('names every exported variable that overrides the stage, with the password hidden, and nothing else', () => {
+    const prod = stageNamed('prod');
+    expect(stageOverrides({}, prod)).toEqual([]);
+    // What the stage would have used anyway is no override.
+    expect(
+      stageOverrides({ QUEUE_NAME_PREFIX: 'prod-', DATABASE_URL_PARAMETER: prod.databaseUrlParameter }, prod),
+    ).toEqual([]);
+    const lines = stageOverrides(
+      { DATABASE_URL: 'postgres://ops:hunter2@db.staging.internal/app', QUEUE_NAME_PREFIX: 'staging-' },
+      prod,
+    );
+    expect(lines).toHaveLength(2);
+    expect(lines[0]).toMatch(
+      /^--stage prod: DATABASE_URL \(postgres:\/\/ops:.*@db\.staging\.internal\/app\) from the environment/,
+    );
+    expect(lines.join('\n')).not.toContain('hunter2');
+    expect(lines[1]).toContain(
+      'QUEUE_NAME_PREFIX ("staging-") from the environment is used instead of the queue prefix prod-',
+    );
+    expect(stageOverrides({ DATABASE_URL_PARAMETER: '/other/database-url' }, prod)).toEqual([
+      "--stage prod: DATABASE_URL_PARAMETER (/other/database-url) from the environment is used instead of SSM /runtime-cleanup/prod/database-url; unset it to use the stage's",
+    ]);
   });
 });

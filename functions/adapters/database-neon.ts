@@ -14,31 +14,40 @@ import { refuseMissingPassword } from './missing-password.ts';
  * so no deployed bundle carries local-only code.
  */
 
-/** The Neon driver's Client with a password that refuses when the URL has none (missing-password.ts). */
-class NeonClient extends Client {
-  constructor(config?: ConstructorParameters<typeof Client>[0]) {
-    super(config);
-    refuseMissingPassword(this);
-  }
+/**
+ * The Neon driver's Client, pointed at `wsProxy` (when given) by its OWN settings, not the
+ * driver's process-wide `neonConfig`: two pools of one process with different bridges (a test's
+ * silent proxy beside the suite's bridge) would otherwise both follow whichever was made last, and
+ * a pool's next connect would go to the other one's address, closed or not. The password refuses
+ * when the URL has none (missing-password.ts).
+ */
+function neonClientClass(wsProxy: string | undefined): typeof Client {
+  return class NeonClient extends Client {
+    constructor(config?: ConstructorParameters<typeof Client>[0]) {
+      super(config);
+      refuseMissingPassword(this);
+      if (wsProxy) pointAtBridge(this.neonConfig, wsProxy);
+    }
+  };
 }
 
-/** Points the Neon driver at a local bridge for loopback hosts; other hosts keep Neon's proxy. */
-function configureDriver(wsProxy: string | undefined): void {
-  neonConfig.webSocketConstructor = WebSocket as unknown as typeof neonConfig.webSocketConstructor;
-  if (!wsProxy) return;
-  neonConfig.wsProxy = (host, port) =>
+/** Points a Neon client at a local bridge for loopback hosts; other hosts keep Neon's proxy. */
+function pointAtBridge(config: Client['neonConfig'], wsProxy: string): void {
+  config.wsProxy = (host, port) =>
     isLoopbackHost(host) ? `${wsProxy}/v1?address=${host}:${port}` : `${host}/v2`;
-  neonConfig.useSecureWebSocket = false;
-  neonConfig.pipelineTLS = false;
+  config.useSecureWebSocket = false;
+  config.pipelineTLS = false;
   // The default ('password') fails against trust and SCRAM auth on a plain PostgreSQL.
-  neonConfig.pipelineConnect = false;
+  config.pipelineConnect = false;
   // Coalescing costs about 1.3 ms per query on loopback, where there is no network to save.
-  neonConfig.coalesceWrites = false;
+  config.coalesceWrites = false;
 }
 
 /** `wsProxy`: `host:port` of a local WebSocket bridge; omitted in deployment (Neon's own proxy). */
 export function neonPoolFactory(wsProxy: string | undefined): DriverPoolFactory {
-  configureDriver(wsProxy);
+  // The same for every pool of the process: Node has no global WebSocket the driver could use.
+  neonConfig.webSocketConstructor = WebSocket as unknown as typeof neonConfig.webSocketConstructor;
+  const NeonClient = neonClientClass(wsProxy);
   return (settings) => {
     const pool = new Pool(settings);
     // pg-pool's documented `Client` option, set after construction: the Neon pool's constructor

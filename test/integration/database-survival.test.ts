@@ -451,4 +451,31 @@ describe('over the neon driver: a WebSocket proxy that never answers', () => {
       await db.end();
     }
   });
+  it("leaves every other pool on its own bridge: one pool's proxy is not the process's", async () => {
+    const { t } = fixture;
+    // Made first, connected only after the next pool exists: a process-wide proxy setting (the
+    // driver's neonConfig) would send its connect to the silent proxy the next pool was given.
+    const onTheBridge = await openDatabase({
+      url: t.url,
+      driver: DatabaseDriver.NEON,
+      wsProxy: t.wsProxy,
+      maxConnections: 1,
+      connectTimeoutMs: 5_000,
+      ...BASE,
+    });
+    const onTheSilentProxy = await openDatabase({
+      url: databaseUrlAt(5432, 'postgres'),
+      driver: DatabaseDriver.NEON,
+      wsProxy: silent.address,
+      maxConnections: 1,
+      connectTimeoutMs: 400,
+      ...BASE,
+    });
+    try {
+      expect((await onTheBridge.query<{ one: number }>('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
+      await expectConnectTimeout(onTheSilentProxy, () => onTheSilentProxy.query('SELECT 1'), 400);
+    } finally {
+      await Promise.all([onTheBridge.end(), onTheSilentProxy.end()]);
+    }
+  });
 });

@@ -7,7 +7,11 @@
 Prints one JSON line. Exit status: 0 admitted and its sandbox recorded; 3 not admitted, the
 thread's previous sandbox is still being cleaned up (try again later); 75 admitted, but the
 sandbox's record was refused while a reclaim may still delete it (POST and record again after the
-time the message names). SANDBOX_PROVISIONER_TOKEN, when set, is sent as the bearer token.
+time the message names); 2 the run id is another thread's run, or one that has ended.
+
+Running the same command again is safe: a run already admitted in that thread (by an attempt that
+exited 75, or whose POST failed) is admitted again, and its sandbox created and recorded.
+SANDBOX_PROVISIONER_TOKEN, when set, is sent as the bearer token.
 """
 
 import argparse
@@ -16,6 +20,7 @@ import os
 import sys
 
 from runtime_cleanup_contract import (
+    RunIdTaken,
     SandboxBeingReclaimed,
     admit_run,
     connect,
@@ -24,6 +29,7 @@ from runtime_cleanup_contract import (
     sandbox_id_of,
 )
 
+REFUSED = 2
 BLOCKED = 3
 TRY_AGAIN_LATER = 75
 
@@ -37,7 +43,12 @@ def main() -> int:
 
     conn = connect(os.environ["DATABASE_URL"])
     try:
-        if not admit_run(conn, args.run_id, args.user_id, args.thread_id):
+        try:
+            admitted = admit_run(conn, args.run_id, args.user_id, args.thread_id)
+        except RunIdTaken as taken:
+            print(json.dumps({"runId": args.run_id, "admitted": False, "refused": str(taken)}))
+            return REFUSED
+        if not admitted:
             print(json.dumps({"runId": args.run_id, "admitted": False}))
             return BLOCKED
         # The POST is outside the scope's lock: the reclaimer never waits on it for an unrecorded id.

@@ -6,7 +6,8 @@
 Prints one JSON line: whether a fence was raised (a root run's, not a subagent's) and, if so, the
 announcement's message id. boto3 finds the queue with its usual configuration (region,
 credentials); AWS_ENDPOINT_URL_SQS names another endpoint (a local one), QUEUE_NAME_PREFIX the
-stage's prefix of the queue names.
+stage's prefix of the queue names. Exit status 2: the status is not a terminal one (the
+database's rule); the run is left as it was and no fence is raised.
 """
 
 import argparse
@@ -17,23 +18,33 @@ import sys
 import boto3
 
 from runtime_cleanup_contract import (
+    NotTerminal,
     announce_run_finished,
     connect,
     finish_run,
     run_finished_queue_url,
 )
 
+REFUSED = 2
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run-id", required=True)
     parser.add_argument(
-        "--status", default="completed", help="a terminal status: completed, failed, cancelled, interrupted"
+        "--status",
+        default="completed",
+        # The database says which statuses are terminal (runtime_cleanup_status_is_terminal).
+        help="a terminal status (refused otherwise, exit 2)",
     )
     args = parser.parse_args()
 
     conn = connect(os.environ["DATABASE_URL"])
     try:
         fenced = finish_run(conn, args.run_id, args.status)
+    except NotTerminal as refused:
+        print(json.dumps({"runId": args.run_id, "fenced": False, "refused": str(refused)}))
+        return REFUSED
     finally:
         conn.close()
     result = {"runId": args.run_id, "fenced": fenced}

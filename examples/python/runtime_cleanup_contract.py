@@ -53,11 +53,25 @@ def sandbox_id_of(thread_id: str) -> str:
     return "sbx-" + hashlib.sha256(thread_id.encode()).hexdigest()[:12]
 
 
+class RunIdTaken(Exception):
+    """The run id is already another thread's run, or a run that has ended: not this admission's."""
+
+
+class NotTerminal(Exception):
+    """finish_run was given a status the database does not count as terminal."""
+
+
 def admit_run(conn, run_id: str, user_id: str, thread_id: str) -> bool:
     """Step 2: inserts the run only while its scope is free; False when the scope is blocked.
 
     The scope's lock is taken in a statement of its own: a statement's snapshot is taken when it
     starts, so an insert that took the lock itself would check the fence as it was before.
+
+    Idempotent for the same run id in the same thread: an earlier attempt that was admitted but got
+    no sandbox (its record refused, its POST failed) left the run active, so admitting it again
+    answers True and the caller POSTs and records again. Without that, the retry failed on the
+    primary key and the orphan active run kept the thread busy. An id that is another thread's run,
+    or a run that has ended, raises RunIdTaken.
     """
     with read_committed(conn) as cur:
         cur.execute(
@@ -68,11 +82,32 @@ def admit_run(conn, run_id: str, user_id: str, thread_id: str) -> bool:
             INSERT INTO agent_runs (id, user_id, thread_id, status)
             SELECT %(run_id)s, %(user_id)s, %(thread_id)s, 'running'
             WHERE NOT runtime_cleanup_blocked(%(user_id)s, %(thread_id)s)
+            ON CONFLICT (id) DO NOTHING
             RETURNING id
             """,
             {"run_id": run_id, "user_id": user_id, "thread_id": thread_id},
         )
-        return cur.fetchone() is not None
+        if cur.fetchone() is not None:
+            return True
+        # Not inserted: blocked, or the id exists. An existing active run of this thread was admitted
+        # before (under this same lock), and its being active keeps any cleanup of the thread waiting.
+        cur.execute(
+            """
+            SELECT user_id = %(user_id)s AND thread_id = %(thread_id)s,
+                   runtime_cleanup_status_is_active(status)
+            FROM agent_runs WHERE id = %(run_id)s
+            """,
+            {"run_id": run_id, "user_id": user_id, "thread_id": thread_id},
+        )
+        existing = cur.fetchone()
+        if existing is None:
+            return False
+        same_thread, active = existing
+        if not same_thread:
+            raise RunIdTaken(f"run {run_id} is another thread's run")
+        if not active:
+            raise RunIdTaken(f"run {run_id} has ended; a new run needs a new id")
+        return True
 
 
 def create_sandbox(
@@ -132,20 +167,27 @@ def record_sandbox(
 def finish_run(conn, run_id: str, status: str = "completed") -> bool:
     """Step 1: the terminal status and, for a root run, the fence, in one statement.
 
-    Returns whether a fence was raised: only then is the run announced.
+    Returns whether a fence was raised: only then is the run announced. The UPDATE itself asks the
+    database's rule (runtime_cleanup_status_is_terminal) whether the status is terminal, so the list
+    lives in one place; a run given a non-terminal status with a fence would have its sandbox deleted
+    while it still counts as running. Raises NotTerminal for such a status, changing nothing.
     """
     with conn.cursor() as cur:
         cur.execute(
             """
             UPDATE agent_runs
-            SET status = %s, finished_at = now(), updated_at = now(),
+            SET status = %(status)s, finished_at = now(), updated_at = now(),
                 runtime_cleanup_pending = (run_type <> 'subagent')
-            WHERE id = %s
+            WHERE id = %(run_id)s AND runtime_cleanup_status_is_terminal(%(status)s::text)
             RETURNING runtime_cleanup_pending
             """,
-            (status, run_id),
+            {"status": status, "run_id": run_id},
         )
         row = cur.fetchone()
+        if row is None:
+            cur.execute("SELECT runtime_cleanup_status_is_terminal(%s::text)", (status,))
+            if not cur.fetchone()[0]:
+                raise NotTerminal(f"status {status!r} is not terminal; run {run_id} left as it was")
         return bool(row and row[0])
 
 

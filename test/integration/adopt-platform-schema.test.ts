@@ -25,7 +25,7 @@ import {
 } from '../support/adopted-platform.ts';
 import { runChild } from '../support/child-process.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
-import { REPO_ROOT } from '../support/docs.ts';
+import { REPO_ROOT, readDoc, section } from '../support/docs.ts';
 import { fenceOf } from '../support/factories.ts';
 import { rejectionOf } from '../support/probes.ts';
 import { letTimePass } from '../support/reclaim-time.ts';
@@ -144,6 +144,27 @@ describe('the platform schema, before adoption', () => {
   });
 });
 
+describe('times written before the conversion, from a session not in UTC', () => {
+  it('a naive UTC time is stored as written; an aware one, as the session’s local time', async () => {
+    // As psycopg2 sends them: a naive datetime as `timestamp`, an aware one as `timestamptz`.
+    await t.db.withTransaction(async (tx) => {
+      await tx.query("SET LOCAL TimeZone = 'America/New_York'");
+      await tx.query(
+        `INSERT INTO agent_runs (id, user_id, thread_id, status, created_at, updated_at, finished_at) VALUES
+           ('run-naive-utc', '${USER}', '${FINISHED_THREAD}', 'completed', '2026-11-30T13:00:00'::timestamp,
+            '2026-11-30T13:00:00'::timestamp, '2026-11-30T13:00:00'::timestamp),
+           ('run-aware', '${USER}', '${FINISHED_THREAD}', 'completed', '2026-11-30T13:00:00+00:00'::timestamptz,
+            '2026-11-30T13:00:00+00:00'::timestamptz, '2026-11-30T13:00:00+00:00'::timestamptz)`,
+      );
+    });
+    runsAfterCutOver.push('run-naive-utc', 'run-aware');
+    // Hence the doc's order (read below, after adopt.sql): naive UTC until the conversion.
+    expect(section(await readDoc('docs/adopting.md'), 2)).toContain(
+      '**Before the conversion, keep writing naive UTC**',
+    );
+  });
+});
+
 describe('adopt.sql, then migrate', () => {
   beforeAll(async () => {
     await t.db.query(await adoptionScript('adopt'));
@@ -179,6 +200,18 @@ describe('adopt.sql, then migrate', () => {
       },
     ]);
     expect(await migrate(t.db)).toEqual([]);
+  });
+
+  it('adopt.sql reads the naive UTC write as the instant written; the aware write is off by the offset', async () => {
+    const { rows } = await t.db.query(
+      `SELECT id, (finished_at AT TIME ZONE 'UTC')::text AS finished_utc FROM agent_runs
+       WHERE id IN ('run-naive-utc', 'run-aware') ORDER BY id`,
+    );
+    expect(rows).toEqual([
+      // Why docs/adopting.md says to keep writing naive UTC until the conversion:
+      { id: 'run-aware', finished_utc: '2026-11-30 08:00:00' },
+      { id: 'run-naive-utc', finished_utc: '2026-11-30 13:00:00' },
+    ]);
   });
 
   it('the old default, stored as an instant, was read in the session time zone; the new one is the instant', async () => {
@@ -328,19 +361,90 @@ describe('the cut-over: sandboxes no cleanup owns', () => {
     try {
       expect(await stack!.runReclaimer()).toMatchObject({ reclaimed: 2 });
     } finally {
-      // Time back where it was, so the rollback below compares the rows as the platform wrote them.
-      await letTimePass(t.db, -(GRACE_SECONDS + 1));
+      // The runs' times back where they were, so the rollback below compares the rows as the
+      // platform wrote them. Only those: moved forward, the reclaims' ended windows
+      // (refuse_all_until) would lie in the future, and rollback.sql rightly refuses then.
+      await t.db.query(
+        `UPDATE agent_runs SET created_at = created_at + make_interval(secs => ${GRACE_SECONDS + 1}),
+                updated_at = updated_at + make_interval(secs => ${GRACE_SECONDS + 1}),
+                finished_at = finished_at + make_interval(secs => ${GRACE_SECONDS + 1})`,
+      );
     }
 
     expect(live(idle) || live(keptAfterRelease)).toBe(false);
   });
 });
 
+/** rollback.sql run now: its refusal, or undefined when it ran (then rolled back here). */
+async function rollbackRefusal(): Promise<string | undefined> {
+  const script = await adoptionScript('rollback');
+  try {
+    await t.db.withTransaction(async (tx) => {
+      // The script's own BEGIN/COMMIT become a warning and a no-op inside this transaction, which
+      // is rolled back below: a refusal is the only way out that keeps the schema.
+      await tx.query(script.replace(/^BEGIN;$/m, '').replace(/^COMMIT;$/m, ''));
+      throw new Error('ran');
+    });
+  } catch (error) {
+    const message = String(error);
+    return message.includes('Error: ran') ? undefined : message;
+  }
+  return undefined;
+}
+
+/**
+ * rollback.sql refuses while a fence is pending or any DELETE may still act (the three in-flight
+ * windows), changing nothing; each cleared in turn, it runs.
+ */
+async function refusedWhileFencedOrInFlight(): Promise<void> {
+  // The reclaims above left their tombstones refusing every record of those ids for a while yet.
+  expect(await rollbackRefusal()).toContain('rollback refused: a DELETE of a sandbox may still act until');
+  // Their time passing (as letTimePass moves it) without moving the platform's rows, compared below.
+  await t.db.query(
+    `UPDATE runtime_reclaim_tombstones SET reclaimed_at = reclaimed_at - interval '1 hour',
+            expires_at = expires_at - interval '1 hour', refuse_all_until = refuse_all_until - interval '1 hour'`,
+  );
+  expect(await rollbackRefusal()).toBeUndefined();
+
+  const fenced = `run-${randomUUID()}`;
+  runsAfterCutOver.push(fenced);
+  expect(await admitRun(t.db, { id: fenced, userId: USER, threadId: FINISHED_THREAD })).toBe(true);
+  expect(await finishRun(t.db, fenced)).toBe(true);
+  expect(await rollbackRefusal()).toContain('rollback refused: 1 fence(s) still pending');
+  await t.db.query('UPDATE agent_runs SET runtime_cleanup_pending = false WHERE id = $1::text', [fenced]);
+
+  await t.db.query(
+    `UPDATE sandbox_runtimes SET delete_in_flight_until = clock_timestamp() + interval '1 minute'
+     WHERE runtime_scope_id = $1::text`,
+    [LIVE_THREAD],
+  );
+  expect(await rollbackRefusal()).toContain('rollback refused: a DELETE of a sandbox may still act until');
+  await t.db.query('UPDATE sandbox_runtimes SET delete_in_flight_until = NULL');
+
+  await t.db.query(
+    `INSERT INTO runtime_reclaim_sightings (sandbox_id, reclaim_in_flight_until, reclaim_in_flight_token)
+     VALUES ('sbx-in-flight', clock_timestamp() + interval '1 minute', 'reclaim-attempt')`,
+  );
+  expect(await rollbackRefusal()).toContain('a DELETE of a sandbox may still act until');
+  await t.db.query("DELETE FROM runtime_reclaim_sightings WHERE sandbox_id = 'sbx-in-flight'");
+
+  await t.db.query(
+    `INSERT INTO runtime_reclaim_tombstones (sandbox_id, token, refuse_all_until, expires_at)
+     VALUES ('sbx-in-flight', 'reclaim-attempt', clock_timestamp() + interval '1 minute',
+             clock_timestamp() + interval '1 minute')`,
+  );
+  expect(await rollbackRefusal()).toContain('a DELETE of a sandbox may still act until');
+  await t.db.query("DELETE FROM runtime_reclaim_tombstones WHERE sandbox_id = 'sbx-in-flight'");
+
+  expect(await rollbackRefusal()).toBeUndefined();
+}
+
 describe('rollback.sql', () => {
   it("gives the platform back its tables and rows as they were, the cleanup's objects gone", async () => {
     await stack?.stop();
     stack = undefined;
 
+    await refusedWhileFencedOrInFlight();
     await t.db.query(await adoptionScript('rollback'));
 
     expect((await t.db.query(COLUMNS)).rows).toEqual(platformColumns);
@@ -365,5 +469,168 @@ describe('rollback.sql', () => {
       "SELECT count(*)::int AS functions FROM pg_proc WHERE proname LIKE 'runtime\\_%'",
     );
     expect(rows[0]!.functions).toBe(0);
+  });
+});
+
+/** A new database holding the platform's schema and `rows`, adopted and migrated (section 6, steps 1 and 2). */
+async function adoptedDatabase(rows: string): Promise<TestDatabase> {
+  const db = await createTestDatabase({ empty: true });
+  await db.db.query(await adoptionScript('platform-schema'));
+  await db.db.query(rows);
+  await db.db.query(await adoptionScript('adopt'));
+  await migrate(db.db);
+  return db;
+}
+
+describe('record-live-sandboxes.sql, with a thread whose sandbox a reclaim may still be deleting', () => {
+  let r: TestDatabase;
+  beforeAll(async () => {
+    r = await adoptedDatabase(`
+      INSERT INTO threads (id, user_id, project_id) VALUES
+        ('thread-1', '${USER}', gen_random_uuid()), ('thread-2', '${USER}', gen_random_uuid()),
+        ('thread-3', '${USER}', gen_random_uuid());
+      INSERT INTO agent_runs (id, user_id, thread_id, status) VALUES
+        ('run-1', '${USER}', 'thread-1', 'running'), ('run-2', '${USER}', 'thread-2', 'running'),
+        ('run-3', '${USER}', 'thread-3', 'running');`);
+  });
+  afterAll(async () => {
+    await r?.drop();
+  });
+
+  it('skips that thread alone, lists it, and records every other live thread', async () => {
+    // What the reclaim guard lays before its DELETE: every record of the id refused (55006) until then.
+    await r.db.query(
+      `INSERT INTO runtime_reclaim_tombstones (sandbox_id, token, refuse_all_until, expires_at)
+       VALUES ($1::text, 'reclaim-attempt', now() + interval '1 minute', now() + interval '1 minute')`,
+      [sandboxIdOf('thread-2')],
+    );
+
+    const skipped = await r.db.withTransaction(async (tx) => {
+      await tx.query(await adoptionScript('record-live-sandboxes'));
+      return (
+        await tx.query('SELECT uid, runtime_scope_id, sandbox_id, refusal FROM record_live_sandboxes_skipped')
+      ).rows;
+    });
+    expect(skipped).toEqual([
+      {
+        uid: USER,
+        runtime_scope_id: 'thread-2',
+        sandbox_id: sandboxIdOf('thread-2'),
+        refusal: expect.stringContaining(`sandbox ${sandboxIdOf('thread-2')} is being reclaimed`),
+      },
+    ]);
+    const recorded = await r.db.query('SELECT runtime_scope_id FROM sandbox_runtimes ORDER BY 1');
+    expect(recorded.rows).toEqual([{ runtime_scope_id: 'thread-1' }, { runtime_scope_id: 'thread-3' }]);
+
+    // Run again once the refusal's time has passed: the skipped thread is recorded.
+    await letTimePass(r.db, 61);
+    await r.db.query(await adoptionScript('record-live-sandboxes'));
+    const again = await r.db.query('SELECT runtime_scope_id FROM sandbox_runtimes ORDER BY 1');
+    expect(again.rows.map((row) => row.runtime_scope_id)).toEqual(['thread-1', 'thread-2', 'thread-3']);
+  });
+});
+
+describe('the cut-over in the documented order (section 6)', () => {
+  let c: TestDatabase;
+  let cut: TestStack | undefined;
+  const alive = (threadId: string) => cut!.provisioner!.sandbox(sandboxIdOf(threadId)) !== undefined;
+  /** The old API and the new one alike POST the thread's derived id; the provisioner reuses a live one. */
+  async function post(threadId: string): Promise<void> {
+    const response = await fetch(`${cut!.provisionerUrl}/api/sandboxes`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ sandbox_id: sandboxIdOf(threadId), thread_id: threadId, user_id: USER }),
+    });
+    expect(response.ok).toBe(true);
+  }
+  /** The old API: admits without asking, records nothing. */
+  async function admitOld(runId: string, threadId: string): Promise<void> {
+    await c.db.query(
+      `INSERT INTO agent_runs (id, user_id, thread_id, status) VALUES ($1::text, $2::text, $3::text, 'running')`,
+      [runId, USER, threadId],
+    );
+    await post(threadId);
+  }
+
+  beforeAll(async () => {
+    // Before the cut-over: thread-a has a live run; thread-c and thread-z finished, their
+    // sandboxes idle; thread-b and thread-n have none yet.
+    c = await adoptedDatabase(`
+      INSERT INTO threads (id, user_id, project_id) VALUES
+        ('thread-a', '${USER}', gen_random_uuid()), ('thread-b', '${USER}', gen_random_uuid()),
+        ('thread-c', '${USER}', gen_random_uuid()), ('thread-n', '${USER}', gen_random_uuid()),
+        ('thread-z', '${USER}', gen_random_uuid());
+      INSERT INTO agent_runs (id, user_id, thread_id, status, created_at, updated_at, finished_at) VALUES
+        ('run-a', '${USER}', 'thread-a', 'running', now() AT TIME ZONE 'utc', now() AT TIME ZONE 'utc', NULL),
+        ('run-c1', '${USER}', 'thread-c', 'completed', '2026-11-30 09:00', '2026-11-30 09:05', '2026-11-30 09:05'),
+        ('run-z', '${USER}', 'thread-z', 'completed', '2026-11-30 09:00', '2026-11-30 09:05', '2026-11-30 09:05');`);
+    cut = await startTestStack(c, {
+      env: { RECLAIM_GRACE_SECONDS: String(GRACE_SECONDS) },
+      stack: { provisionerMode: 'platform', reclaimer: false },
+    });
+    for (const thread of ['thread-a', 'thread-c', 'thread-z']) await post(thread);
+  });
+  afterAll(async () => {
+    await cut?.stop();
+    await c?.drop();
+  });
+
+  it('docs/adopting.md orders admission, then record-live-sandboxes.sql, then the cleanup, then the worker', async () => {
+    const steps = [...section(await readDoc('docs/adopting.md'), 6).matchAll(/^\d+\. \*\*(.+?)\*\*/gm)].map(
+      (match) => match[1]!,
+    );
+    const at = (words: string) => steps.findIndex((step) => step.includes(words));
+    expect(at("platform's admission")).toBeGreaterThan(at('adopt.sql'));
+    expect(at('record-live-sandboxes.sql')).toBeGreaterThan(at("platform's admission"));
+    expect(at('Deploy the cleanup')).toBeGreaterThan(at('record-live-sandboxes.sql'));
+    expect(at("worker's change")).toBeGreaterThan(at('Deploy the cleanup'));
+    const rollback = [
+      ...section(await readDoc('docs/adopting.md'), 7).matchAll(/^\d+\. \*\*(.+?)\*\*/gm),
+    ].map((match) => match[1]!);
+    const back = (words: string) => rollback.findIndex((step) => step.includes(words));
+    expect(back("Remove the cleanup's deployment")).toBeGreaterThan(-1);
+    expect(back('revert the admission')).toBeGreaterThan(back("Remove the cleanup's deployment"));
+  });
+
+  it('every running run keeps its sandbox through the grace; only the leaked one is reclaimed', async () => {
+    // Step 3, rolling out: the new API admits (nothing is fenced, so it is not blocked) and records;
+    // the old instances still admit and POST without recording, in a new thread and in a thread that
+    // finished before the cut-over (the live container handed out again).
+    expect(await admitRun(c.db, { id: 'run-n', userId: USER, threadId: 'thread-n' })).toBe(true);
+    await post('thread-n');
+    expect(
+      await recordSandbox(c.db, { userId: USER, threadId: 'thread-n', sandboxId: sandboxIdOf('thread-n') }),
+    ).toBe(1);
+    await admitOld('run-b', 'thread-b');
+    await admitOld('run-c2', 'thread-c');
+
+    // Step 4, the rollout complete: the old instances' live threads are recorded.
+    await c.db.query(await adoptionScript('record-live-sandboxes'));
+    const recorded = await c.db.query(
+      'SELECT runtime_scope_id, generation::int FROM sandbox_runtimes ORDER BY 1',
+    );
+    expect(recorded.rows).toEqual([
+      { runtime_scope_id: 'thread-a', generation: 1 },
+      { runtime_scope_id: 'thread-b', generation: 1 },
+      { runtime_scope_id: 'thread-c', generation: 1 },
+      { runtime_scope_id: 'thread-n', generation: 1 },
+    ]);
+
+    // Step 5: the cleanup, the reclaimer on its schedule, a grace and more.
+    await cut!.runReclaimer();
+    await letTimePass(c.db, GRACE_SECONDS + 1);
+    expect(await cut!.runReclaimer()).toMatchObject({ reclaimed: 1 });
+
+    expect(alive('thread-z')).toBe(false);
+    for (const thread of ['thread-a', 'thread-b', 'thread-c', 'thread-n'])
+      expect(alive(thread), thread).toBe(true);
+  });
+
+  it("step 6: a run finished by the worker's change is cleaned up, its sandbox deleted", async () => {
+    expect(await finishRun(c.db, 'run-b')).toBe(true);
+    await announceRunFinished(cut!.queues, 'run-b');
+    await fencesCleared(c.db, ['run-b']);
+    expect(alive('thread-b')).toBe(false);
+    expect(alive('thread-a') && alive('thread-c') && alive('thread-n')).toBe(true);
   });
 });

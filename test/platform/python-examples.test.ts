@@ -21,11 +21,13 @@ import {
   startFastApiProvisioner,
 } from '../support/fastapi-provisioner.ts';
 import { rejectionOf } from '../support/probes.ts';
+import { letTimePass } from '../support/reclaim-time.ts';
 import { type SqsQueryProtocolAdapter, startSqsQueryProtocolAdapter } from '../support/sqs-query-protocol.ts';
 import { eventually, fencesCleared, startTestStack, type TestStack } from '../support/stack.ts';
 
 const EXAMPLES = fileURLToPath(new URL('../../examples/python/', import.meta.url));
 const USER = 'user-py';
+const REFUSED = 2;
 const BLOCKED = 3;
 const TRY_AGAIN_LATER = 75;
 
@@ -92,7 +94,8 @@ async function newThread(): Promise<string> {
 
 const admit = (runId: string, threadId: string) =>
   python('admit_run.py', ['--run-id', runId, '--user-id', USER, '--thread-id', threadId]);
-const finish = (runId: string) => python('finish_run.py', ['--run-id', runId]);
+const finish = (runId: string, status?: string) =>
+  python('finish_run.py', ['--run-id', runId, ...(status === undefined ? [] : ['--status', status])]);
 
 describe('admit_run.py and finish_run.py, through the local stack', () => {
   it('runs where a statement left at the default isolation could not ask runtime_cleanup_blocked', async () => {
@@ -194,5 +197,48 @@ describe('admit_run.py and finish_run.py, through the local stack', () => {
       sandboxId,
     ]);
     expect(rows).toEqual([]);
+
+    // "Record again later": the same command, once the refusal's time has passed, admits the run
+    // it admitted before (still active, no sandbox) and records its sandbox. It used to fail on
+    // the run id's primary key and leave the orphan active run holding the thread.
+    await letTimePass(t.db, 61);
+    const retried = await admit('run-py-4', thread);
+    expect(retried).toEqual({
+      code: 0,
+      out: { runId: 'run-py-4', admitted: true, sandboxId, generation: 1 },
+    });
+    const runs = await t.db.query('SELECT status FROM agent_runs WHERE id = $1::text', ['run-py-4']);
+    expect(runs.rows).toEqual([{ status: 'running' }]);
+  });
+
+  it('admitting again under a run id of another thread is refused, the run left where it is', async () => {
+    const thread = await newThread();
+    const other = await newThread();
+    expect((await admit('run-py-5', thread)).code).toBe(0);
+
+    const refused = await admit('run-py-5', other);
+    expect(refused.code).toBe(REFUSED);
+    expect(refused.out).toMatchObject({ runId: 'run-py-5', admitted: false });
+    const { rows } = await t.db.query('SELECT thread_id FROM agent_runs WHERE id = $1::text', ['run-py-5']);
+    expect(rows).toEqual([{ thread_id: thread }]);
+    expect(await app.sandboxIds()).not.toContain(sandboxIdOf(other));
+  });
+
+  it('finish_run.py refuses a status the database does not count as terminal, and raises no fence', async () => {
+    const thread = await newThread();
+    expect((await admit('run-py-6', thread)).code).toBe(0);
+
+    const refused = await finish('run-py-6', 'paused');
+    expect(refused.code).toBe(REFUSED);
+    expect(refused.out).toMatchObject({ runId: 'run-py-6', fenced: false });
+    expect(String(refused.out.refused)).toContain("'paused' is not terminal");
+    const { rows } = await t.db.query(
+      'SELECT status, runtime_cleanup_pending AS fenced, finished_at FROM agent_runs WHERE id = $1::text',
+      ['run-py-6'],
+    );
+    expect(rows).toEqual([{ status: 'running', fenced: false, finished_at: null }]);
+
+    expect(await finish('run-py-6', 'interrupted')).toMatchObject({ code: 0, out: { fenced: true } });
+    await fencesCleared(t.db, ['run-py-6']);
   });
 });

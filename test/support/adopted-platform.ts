@@ -61,12 +61,16 @@ export async function recordSandbox(
   return Number(rows[0]!.generation);
 }
 
-/** Step 1: the terminal status and the fence in one statement; true when a fence was raised. */
+/**
+ * Step 1: the terminal status and the fence in one statement; true when a fence was raised. As
+ * finish_run.py, the statement asks the database's rule: a status that is not terminal changes
+ * nothing (and raises no fence).
+ */
 export async function finishRun(db: Executor, runId: string, status = 'completed'): Promise<boolean> {
   const { rows } = await db.query<{ fenced: boolean }>(
     `UPDATE agent_runs SET status = $2::text, finished_at = now(), updated_at = now(),
             runtime_cleanup_pending = (run_type <> 'subagent')
-     WHERE id = $1::text
+     WHERE id = $1::text AND runtime_cleanup_status_is_terminal($2::text)
      RETURNING runtime_cleanup_pending AS fenced`,
     [runId, status],
   );

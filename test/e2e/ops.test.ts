@@ -14,7 +14,7 @@ import { freePort } from '../../infra/local/embedded-postgres.ts';
 import { type ChildRun, runChild } from '../support/child-process.ts';
 import { fenceOf, finishedRootRun } from '../support/factories.ts';
 import { useStackFixture } from '../support/fixtures.ts';
-import { holdScopeAdvisoryLock } from '../support/probes.ts';
+import { holdScopeAdvisoryLockUnbounded } from '../support/probes.ts';
 import { eventually } from '../support/stack.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -74,7 +74,7 @@ describe('ops CLI: usage, configuration and unreachable dependencies', {
     const secret = `pw-${randomUUID().slice(0, 8)}`;
     const fenced = await finishedRootRun(fixture.t.db);
     const busy = await finishedRootRun(fixture.t.db);
-    const lock = await holdScopeAdvisoryLock(fixture.t.db, busy);
+    const lock = await holdScopeAdvisoryLockUnbounded(fixture.t.url, busy);
     const busyClear = ops(['force-clear', busy.rootRunId, '--reason', 'test', '--yes'], {
       DATABASE_LOCK_TIMEOUT_MS: '300',
     });

@@ -5,6 +5,7 @@
  * about a real delete.
  */
 import { access } from 'node:fs/promises';
+import pg from 'pg';
 import { expect } from 'vitest';
 import { type Database, type Executor, SQLSTATE } from '../../functions/adapters/database.ts';
 import { ProvisionerClient } from '../../functions/adapters/provisioner-client.ts';
@@ -156,6 +157,36 @@ export async function holdScopeAdvisoryLock(
     release: async () => {
       release();
       await holder;
+    },
+  };
+}
+
+/**
+ * The same lock, held on a session of its own with no bounds: for a test whose other side is a
+ * child process (a CLI started through npm and tsx), which on a loaded machine has taken 38 s to
+ * start, longer than the adapter's transaction and idle-in-transaction timeouts, after which the
+ * server ended the holder and the child found the scope free.
+ */
+export async function holdScopeAdvisoryLockUnbounded(
+  url: string,
+  target: Pick<Scenario, 'uid' | 'runtimeScopeId'>,
+): Promise<{ release(): Promise<void> }> {
+  const session = new pg.Client({ connectionString: url });
+  await session.connect();
+  try {
+    await session.query('BEGIN');
+    await session.query(TAKE_SCOPE_LOCK, [target.uid, target.runtimeScopeId]);
+  } catch (error) {
+    await session.end().catch(() => {});
+    throw error;
+  }
+  return {
+    release: async () => {
+      try {
+        await session.query('COMMIT');
+      } finally {
+        await session.end();
+      }
     },
   };
 }

@@ -236,6 +236,32 @@ describe('1. isolation: the guard reads what the platform committed while it wai
     }
   });
 
+  it('with the database default REPEATABLE READ, a due leak of an idle scope is still reclaimed and its bookkeeping written', async () => {
+    // Contract: the database's default isolation does not matter. Every statement of the run (the
+    // sightings, the guard, the DELETE's ending) must work under it, not only refuse rightly.
+    const local = await startLocal();
+    const { s, sandboxId, generation } = await dueOwnedLeak(local);
+    await database.t.setDefaultIsolation('repeatable read');
+    try {
+      const reclaimerDb = await database.t.connect({ maxConnections: 1, direct: true });
+      const events: ReclaimEvent[] = [];
+      await reclaim(local, { db: reclaimerDb, events });
+      await reclaimerDb.end();
+      expect(events.map((event) => event.kind)).toEqual(['reclaimed']);
+      expect(local.provisioner.sandbox(sandboxId)).toBeUndefined();
+      const { rows } = await database.t.db.query<{
+        released_sandbox_id: string;
+        released_generation: string;
+      }>(
+        'SELECT released_sandbox_id, released_generation FROM sandbox_runtimes WHERE uid = $1 AND runtime_scope_id = $2',
+        [s.uid, s.runtimeScopeId],
+      );
+      expect(rows).toEqual([{ released_sandbox_id: sandboxId, released_generation: String(generation) }]);
+    } finally {
+      await database.t.setDefaultIsolation(null);
+    }
+  });
+
   it('with SERIALIZABLE left behind on a pooled session: the same', async () => {
     const local = await startLocal();
     const reclaimerDb = await database.t.connect({ maxConnections: 1, direct: true });

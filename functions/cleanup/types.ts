@@ -21,10 +21,6 @@
  *   open, bounded in time.
  */
 
-export const TERMINAL_RUN_STATUSES = ['completed', 'failed', 'cancelled', 'interrupted'] as const;
-export const NON_TERMINAL_RUN_STATUSES = ['pending', 'running', 'cancel_requested'] as const;
-export type RunStatus = (typeof TERMINAL_RUN_STATUSES)[number] | (typeof NON_TERMINAL_RUN_STATUSES)[number];
-
 export const RunType = { CHAT: 'chat', RESUME: 'resume', SUBAGENT: 'subagent' } as const;
 
 /** What phase 1 resolved: everything phase 2 needs and phase 3 re-checks. */

@@ -10,7 +10,6 @@ import { randomUUID } from 'node:crypto';
 import type { Database, Executor } from '../../functions/adapters/database.ts';
 import { announceRunFinished } from '../../functions/adapters/publish.ts';
 import type { Queues } from '../../functions/adapters/queues.ts';
-import type { TERMINAL_RUN_STATUSES } from '../../functions/cleanup/types.ts';
 
 export interface ScopeRef {
   uid: string;
@@ -255,7 +254,8 @@ export class PlatformSimulator {
    */
   async finishRun(
     runId: string,
-    status: (typeof TERMINAL_RUN_STATUSES)[number] = 'completed',
+    /** One of TERMINAL_RUN_STATUSES (infra/run-statuses.ts). */
+    status = 'completed',
     options: { announce?: boolean } = {},
   ): Promise<boolean> {
     // Sent once: repeated after a lost commit, it would find the run terminal already and skip the

@@ -1,7 +1,7 @@
 -- "Active" = anything that is not a known terminal status, NULL and unknown statuses included: an
 -- unknown status must block a delete, never allow one. THE list of terminal statuses is here, the
 -- one place it is written (test/unit/sql-rules.test.ts fails on a second literal list in any .sql
--- file, and ties functions/cleanup/types.ts's TERMINAL_RUN_STATUSES to this body). Every decision,
+-- file; infra/run-statuses.ts reads the list from this body for the local tools). Every decision,
 -- the reclaim scope hold, the operator CLI and the partial index agent_runs_active_by_scope ask it
 -- through this function or runtime_cleanup_status_is_terminal (its negation).
 --

@@ -16,8 +16,8 @@
  * 2b No sandbox was deleted while a non-terminal run of its scope existed.
  */
 
-import { NON_TERMINAL_RUN_STATUSES, TERMINAL_RUN_STATUSES } from '../../functions/cleanup/types.ts';
 import { ascending, nearestRank } from '../../infra/local/nearest-rank.ts';
+import { NON_TERMINAL_RUN_STATUSES, TERMINAL_RUN_STATUSES } from '../../infra/run-statuses.ts';
 import type { RunLogEntry, SandboxLogEntry } from './ledger.ts';
 
 export const Invariant = {
@@ -416,7 +416,7 @@ function checkNoDeleteUnderActiveRun(
   return { violations, checked };
 }
 
-// The product's lists, tied to the SQL definition (runtime_cleanup_status_is_terminal) by test/unit/sql-rules.test.ts.
+// The statuses as the database defines them (infra/run-statuses.ts reads runtime_cleanup_status_is_active).
 const TERMINAL = new Set<string>(TERMINAL_RUN_STATUSES);
 const NON_TERMINAL = new Set<string>(NON_TERMINAL_RUN_STATUSES);
 

@@ -8,8 +8,8 @@
  * run's faults are lifted, and the convergence clock of the run starts (see invariants.ts).
  */
 
-import { TERMINAL_RUN_STATUSES } from '../../functions/cleanup/types.ts';
 import type { Fault } from '../../infra/local/provisioner/server.ts';
+import { TERMINAL_RUN_STATUSES } from '../../infra/run-statuses.ts';
 import type { Rng } from './random.ts';
 
 export const FaultKind = {
@@ -106,7 +106,8 @@ export interface Timeouts {
 
 export type ConsumedQueue = 'run-finished' | 'runtime-release.fifo' | 'runtime-finalize';
 export type ConsumerFunction = 'fence-check' | 'release' | 'finalize';
-export type TerminalStatus = (typeof TERMINAL_RUN_STATUSES)[number];
+/** One of TERMINAL_RUN_STATUSES, read from the database's definition (infra/run-statuses.ts). */
+export type TerminalStatus = string;
 
 export interface ProvisionerFaultPlan {
   kind: FaultKind;

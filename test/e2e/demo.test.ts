@@ -9,9 +9,9 @@ import { chmod, mkdtemp, readdir, readFile, readlink, rm } from 'node:fs/promise
 import { tmpdir } from 'node:os';
 import { isAbsolute, join, resolve } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { TERMINAL_RUN_STATUSES } from '../../functions/cleanup/types.ts';
 import type { DemoSummary } from '../../infra/local/demo/summary.ts';
 import { isProcessAlive } from '../../infra/local/provisioner/server.ts';
+import { TERMINAL_RUN_STATUSES } from '../../infra/run-statuses.ts';
 import { useDatabaseFixture } from '../support/fixtures.ts';
 import { eventually } from '../support/stack.ts';
 

@@ -1,4 +1,4 @@
-import { TERMINAL_RUN_STATUSES } from '../../../functions/cleanup/types.ts';
+import { TERMINAL_RUN_STATUSES } from '../../run-statuses.ts';
 import { DemoOutcome, type DemoSummary } from './summary.ts';
 
 /** What each error code of a failed attempt means, in the words of the fault that caused it. */

@@ -8,13 +8,14 @@
  */
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { TERMINAL_RUN_STATUSES } from '../../../functions/cleanup/types.ts';
+import { TERMINAL_RUN_STATUSES } from '../../run-statuses.ts';
 import type { AdmittedRun, PlatformSimulator, ScopeRef } from '../platform.ts';
 import { LeaseWorkers } from './leases.ts';
 import { PlatformMessage } from './lines.ts';
 import type { PlatformLog } from './platform-log.ts';
 
-export type TerminalStatus = (typeof TERMINAL_RUN_STATUSES)[number];
+/** One of TERMINAL_RUN_STATUSES (read from the database's definition, so a string here). */
+export type TerminalStatus = string;
 
 export interface RunPlan {
   readonly status: TerminalStatus;
@@ -27,8 +28,11 @@ export interface RunPlan {
   readonly subagentsOutliveRoot: boolean;
 }
 
-/** Shares of the terminal statuses; every status appears at least once when there are 4+ runs. */
-const STATUS_WEIGHTS: Record<TerminalStatus, number> = {
+/**
+ * The demo's mix of the terminal statuses; every terminal status appears at least once when there
+ * are as many runs as statuses, one the mix does not name too.
+ */
+const STATUS_WEIGHTS: Readonly<Record<TerminalStatus, number>> = {
   completed: 0.55,
   failed: 0.2,
   cancelled: 0.15,
@@ -45,7 +49,7 @@ const ADMISSION_RETRY_MS = 100;
 export function planRuns(count: number, random: () => number): RunPlan[] {
   const statuses: TerminalStatus[] = [];
   for (const status of TERMINAL_RUN_STATUSES) {
-    const share = Math.floor(STATUS_WEIGHTS[status] * count);
+    const share = Math.floor((STATUS_WEIGHTS[status] ?? 0) * count);
     const times = count >= TERMINAL_RUN_STATUSES.length ? Math.max(1, share) : share;
     for (let i = 0; i < times; i += 1) statuses.push(status);
   }

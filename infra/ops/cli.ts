@@ -14,7 +14,6 @@ import { ExitCode } from './exit-codes.ts';
 import { describeFailure, type Failure } from './failure.ts';
 import { oneLine, printable, safeJson } from './format.ts';
 import { renderCommandHelp, renderHelp } from './help.ts';
-import { stageNamed, stageOverrides } from './stage.ts';
 
 const GLOBAL_OPTIONS = {
   json: { type: 'boolean' },
@@ -163,12 +162,10 @@ async function main(argv: readonly string[]): Promise<ExitCode> {
   const { command, input, json, stage } = invocation;
   let context: OpsContext | undefined;
   try {
-    if (stage !== undefined) {
-      for (const line of stageOverrides(process.env, stageNamed(stage))) {
-        await write(process.stderr, oneLine(`ops ${command.name}: ${line}`));
-      }
-    }
     context = createOpsContext(process.env, { stage });
+    for (const line of context.stageOverrides) {
+      await write(process.stderr, oneLine(`ops ${command.name}: ${line}`));
+    }
     const output: CommandOutput = await command.run(input, context);
     // Database-sourced strings (run ids, reasons, actors) are in both: neither may reach the
     // terminal with a control character in it (see format.ts).

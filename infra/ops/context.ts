@@ -30,7 +30,7 @@ import {
   DatabaseReadOnlyError,
   SchemaNotMigratedError,
 } from './errors.ts';
-import { stageNamed, withStageDefaults } from './stage.ts';
+import { stageNamed, stageOverrides, withStageDefaults } from './stage.ts';
 
 export type Env = Readonly<Record<string, string | undefined>>;
 
@@ -60,6 +60,8 @@ export interface OpsContext {
   readonly env: Env;
   /** What the configuration was read from: `env`, with the stage's defaults under `--stage`. */
   readonly configEnv: Env;
+  /** Under `--stage`, each exported variable used instead of the stage's own (stage.ts), for stderr. */
+  readonly stageOverrides: readonly string[];
   /** Validated at start: a bad value ends every command with exit code 2 before anything connects. */
   readonly config: CleanupConfig;
   /**
@@ -142,6 +144,7 @@ export function createOpsContext(env: Env, options: OpsOptions = {}): OpsContext
   return {
     env,
     configEnv,
+    stageOverrides: stage ? stageOverrides(env, stage) : [],
     config,
     describe: {
       get database() {

@@ -37,13 +37,18 @@ export function stageNamed(name: string): Stage {
   };
 }
 
+/** Set to something other than blanks (QUEUE_NAME_PREFIX's empty value is checked apart). */
+function isGiven(env: Env, name: string): boolean {
+  return env[name] !== undefined && env[name]!.trim() !== '';
+}
+
 /**
  * The environment as the configuration reads it under `--stage`. QUEUE_NAME_PREFIX set to empty
  * counts as set (the base names, as for `npm run stack`); DATABASE_URL_PARAMETER is left unset
  * when DATABASE_URL is given, which then is used as it is and SSM is never asked.
  */
 export function withStageDefaults(env: Env, stage: Stage): Env {
-  const given = (name: string) => env[name] !== undefined && env[name]!.trim() !== '';
+  const given = (name: string) => isGiven(env, name);
   return {
     ...env,
     QUEUE_NAME_PREFIX: env.QUEUE_NAME_PREFIX ?? stage.queueNamePrefix,
@@ -62,7 +67,7 @@ export function withStageDefaults(env: Env, stage: Stage): Env {
  * shown with its password hidden.
  */
 export function stageOverrides(env: Env, stage: Stage): string[] {
-  const given = (name: string) => env[name] !== undefined && env[name]!.trim() !== '';
+  const given = (name: string) => isGiven(env, name);
   const lines: string[] = [];
   const overriding = (what: string, instead: string) =>
     `--stage ${stage.name}: ${what} from the environment is used instead of ${instead}; unset it to use the stage's`;

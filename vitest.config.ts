@@ -17,18 +17,24 @@
  *
  * All but unit share one PostgreSQL per run (test/support/global-setup.ts), and one driver:
  * DATABASE_DRIVER, else neon (test/support/suite-driver.ts), set in their workers' environment so
- * that every command a test starts inherits it. `npm run test:tcp` runs integration and e2e over tcp.
+ * that every command a test starts inherits it. `npm run test:tcp` runs integration and e2e over tcp,
+ * `npm run test:pgbouncer` through PgBouncer, each without the files that cannot depend on the
+ * database path (test/support/driver-passes.ts).
  *
  * RUNTIME_CLEANUP_TEST_FIXTURE=<name> swaps every tier's tests for the fixture files
  * test/fixtures/<name>/<tier>.test.ts: the exit-status check runs the real scripts on a fixture
  * that is known to fail (or to pass) and expects their exit status. Normal runs never include them.
  */
-import { defineConfig } from 'vitest/config';
+import { configDefaults, defineConfig } from 'vitest/config';
+import { databasePass, filesLeftOutOf } from './test/support/driver-passes.ts';
 import { suiteDriver } from './test/support/suite-driver.ts';
 
 const DATABASE_SETUP = ['test/support/global-setup.ts'];
 const DATABASE_ENV = { DATABASE_DRIVER: suiteDriver() };
 const fixture = process.env.RUNTIME_CLEANUP_TEST_FIXTURE;
+// `npm run test:tcp` and `npm run test:pgbouncer` leave out what cannot depend on the database path
+// (test/support/driver-passes.ts); `npm test` runs every file.
+const LEFT_OUT_OF_THIS_PASS = [...configDefaults.exclude, ...filesLeftOutOf(databasePass())];
 
 function tier(
   name: string,
@@ -39,6 +45,7 @@ function tier(
     sequence?: { groupOrder: number };
     fileParallelism?: boolean;
     env?: Record<string, string>;
+    exclude?: string[];
   } = {},
 ) {
   return {
@@ -59,8 +66,13 @@ export default defineConfig({
       tier('integration', ['test/integration/**/*.test.ts'], {
         globalSetup: DATABASE_SETUP,
         env: DATABASE_ENV,
+        exclude: LEFT_OUT_OF_THIS_PASS,
       }),
-      tier('e2e', ['test/e2e/**/*.test.ts'], { globalSetup: DATABASE_SETUP, env: DATABASE_ENV }),
+      tier('e2e', ['test/e2e/**/*.test.ts'], {
+        globalSetup: DATABASE_SETUP,
+        env: DATABASE_ENV,
+        exclude: LEFT_OUT_OF_THIS_PASS,
+      }),
       // After the other tiers, on a machine of its own, one file at a time: the chaos suite checks
       // a convergence bound in seconds, which holds on two cores shared with one engine's 20 runs,
       // not with every e2e stack of the other tiers (seen: 23 s), nor with the second engine of

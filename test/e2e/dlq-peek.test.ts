@@ -7,7 +7,6 @@
  * how many of how many were seen. Nothing is consumed, and FIFO order is kept.
  */
 import { randomUUID } from 'node:crypto';
-import { fileURLToPath } from 'node:url';
 import {
   GetQueueAttributesCommand,
   PurgeQueueCommand,
@@ -15,13 +14,12 @@ import {
   SendMessageCommand,
 } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { type ChildRun, runChild } from '../support/child-process.ts';
+import type { ChildRun } from '../support/child-process.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 import { finishedRootRun } from '../support/factories.ts';
+import { runOpsCli } from '../support/ops-cli.ts';
 import { type SqsEmulator, startSqsEmulator } from '../support/sqs-emulator.ts';
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const CLI = fileURLToPath(new URL('../../infra/ops/cli.ts', import.meta.url));
 const STANDARD_DLQ = 'run-finished-dlq';
 const FIFO_DLQ = 'runtime-release-dlq.fifo';
 
@@ -51,7 +49,7 @@ function ops(args: string[]): Promise<ChildRun> {
     AWS_ENDPOINT_URL_SQS: sqs.endpoint,
     QUEUE_NAME_PREFIX: '',
   };
-  return runChild(process.execPath, ['--import', 'tsx', CLI, ...args], { cwd: ROOT, env, timeoutMs: 60_000 });
+  return runOpsCli(args, { env, timeoutMs: 60_000 });
 }
 
 /** A dead letter as batch.ts writes one: the body, and the reason as attributes. */

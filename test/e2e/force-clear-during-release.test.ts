@@ -1,10 +1,10 @@
-import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { QueueName } from '../../functions/adapters/queues.ts';
 import type { AdmittedRun } from '../../infra/local/platform.ts';
-import { type ChildRun, runChild } from '../support/child-process.ts';
+import type { ChildRun } from '../support/child-process.ts';
 import { fenceOf } from '../support/factories.ts';
 import { useStackFixture } from '../support/fixtures.ts';
+import { runOpsCli } from '../support/ops-cli.ts';
 import { isDeleteOf } from '../support/probes.ts';
 import { eventually } from '../support/stack.ts';
 
@@ -21,8 +21,6 @@ import { eventually } from '../support/stack.ts';
  * B. The provisioner holds A's DELETE (a `hang` released by the test) so that "meanwhile" is as
  * long as the operator and the platform need, on any machine.
  */
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const CLI = fileURLToPath(new URL('../../infra/ops/cli.ts', import.meta.url));
 
 const fixture = useStackFixture({ stack: { provisionerMode: 'platform' } });
 
@@ -34,8 +32,7 @@ function ops(args: string[]): Promise<ChildRun> {
     AWS_ENDPOINT_URL_SQS: fixture.stack.sqsEndpoint,
     QUEUE_NAME_PREFIX: '',
   };
-  return runChild(process.execPath, ['--import', 'tsx', CLI, ...args], {
-    cwd: ROOT,
+  return runOpsCli(args, {
     env: env as NodeJS.ProcessEnv,
     timeoutMs: 60_000,
   });

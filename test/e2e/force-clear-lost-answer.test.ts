@@ -5,21 +5,18 @@
  * row (same run, actor and reason), publishes `runtime-cleaned` and exits 0, saying so.
  */
 import { randomUUID } from 'node:crypto';
-import { fileURLToPath } from 'node:url';
 import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { QueueName } from '../../functions/adapters/queues.ts';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { beginRelease, ReleaseGuard } from '../../functions/cleanup/release-guard.ts';
 import { type AnswerDroppingProxy, startAnswerDroppingProxy } from '../support/answer-dropping-proxy.ts';
-import { type ChildRun, runChild } from '../support/child-process.ts';
+import type { ChildRun } from '../support/child-process.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 import { fenceOf, finishedRootRun, insertOtherRun } from '../support/factories.ts';
+import { runOpsCli } from '../support/ops-cli.ts';
 import { releaseNeeded } from '../support/probes.ts';
 import { type SqsEmulator, startSqsEmulator } from '../support/sqs-emulator.ts';
-
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const CLI = fileURLToPath(new URL('../../infra/ops/cli.ts', import.meta.url));
 
 let t: TestDatabase;
 let sqs: SqsEmulator;
@@ -48,8 +45,9 @@ function ops(args: string[]): Promise<ChildRun> {
     AWS_ENDPOINT_URL_SQS: sqs.endpoint,
     QUEUE_NAME_PREFIX: '',
   };
-  delete env.DATABASE_WS_PROXY;
-  return runChild(process.execPath, ['--import', 'tsx', CLI, ...args], { cwd: ROOT, env, timeoutMs: 60_000 });
+  // Removed, not inherited from the worker (runOpsCli drops what is undefined).
+  env.DATABASE_WS_PROXY = undefined;
+  return runOpsCli(args, { env, timeoutMs: 60_000 });
 }
 
 async function cleanedEventsOf(runId: string): Promise<Array<Record<string, unknown>>> {

@@ -5,15 +5,12 @@
  * is one line that names the variable to fix and ends with the documented exit code — not exit 5
  * ("a bug") and not "unreachable" for a database that is merely busy.
  */
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type ChildRun, runChild } from '../support/child-process.ts';
+import type { ChildRun } from '../support/child-process.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 import { fenceOf, finishedRootRun } from '../support/factories.ts';
+import { runOpsCli } from '../support/ops-cli.ts';
 import { type SqsEmulator, startSqsEmulator } from '../support/sqs-emulator.ts';
-
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const CLI = fileURLToPath(new URL('../../infra/ops/cli.ts', import.meta.url));
 
 let t: TestDatabase;
 let sqs: SqsEmulator;
@@ -36,8 +33,7 @@ function ops(args: string[], env: Record<string, string | undefined> = {}): Prom
     ...env,
   };
   for (const [key, value] of Object.entries(childEnv)) if (value === undefined) delete childEnv[key];
-  return runChild(process.execPath, ['--import', 'tsx', CLI, ...args], {
-    cwd: ROOT,
+  return runOpsCli(args, {
     env: childEnv,
     timeoutMs: 30_000,
   });

@@ -6,15 +6,12 @@
  * start a line of its own. `--json` stays JSON and gives back the exact strings.
  */
 import { randomUUID } from 'node:crypto';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../../infra/local/embedded-postgres.ts';
-import { type ChildRun, runChild } from '../support/child-process.ts';
+import type { ChildRun } from '../support/child-process.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 import { insertConversation, insertRun, upsertSandbox } from '../support/factories.ts';
-
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const CLI = fileURLToPath(new URL('../../infra/ops/cli.ts', import.meta.url));
+import { runOpsCli } from '../support/ops-cli.ts';
 
 /** Clears the screen, homes the cursor, rewrites the line, and a C1 CSI, and a fake next line. */
 const HOSTILE = '\u001b[2J\u001b[H\rOK\b\b\u009b31m\u202eevil\nFENCE CLEARED';
@@ -60,7 +57,7 @@ function ops(args: string[]): Promise<ChildRun> {
     AWS_ENDPOINT_URL_SQS: sqsEndpoint,
     QUEUE_NAME_PREFIX: '',
   };
-  return runChild(process.execPath, ['--import', 'tsx', CLI, ...args], { cwd: ROOT, env, timeoutMs: 30_000 });
+  return runOpsCli(args, { env, timeoutMs: 30_000 });
 }
 
 function expectNoRawControls(run: ChildRun): void {

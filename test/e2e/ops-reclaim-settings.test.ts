@@ -4,22 +4,17 @@
  * applies the larger of its own and the recorded ones, saying so. A child process, as an operator
  * runs it, against a real database and the real local provisioner.
  */
-import { fileURLToPath } from 'node:url';
 import { expect, it } from 'vitest';
 import { settingsOfRecord } from '../../functions/cleanup/reclaim.ts';
-import { runChild } from '../support/child-process.ts';
 import { insertConversation, insertRun, upsertSandbox } from '../support/factories.ts';
 import { useProvisionerFixture } from '../support/fixtures.ts';
+import { runOpsCli } from '../support/ops-cli.ts';
 import { letTimePass } from '../support/reclaim-time.ts';
-
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const CLI = fileURLToPath(new URL('../../infra/ops/cli.ts', import.meta.url));
 
 const fixture = useProvisionerFixture();
 
 function ops(args: string[]) {
-  return runChild(process.execPath, ['--import', 'tsx', CLI, ...args], {
-    cwd: ROOT,
+  return runOpsCli(args, {
     env: {
       ...process.env,
       DATABASE_URL: fixture.t.url,

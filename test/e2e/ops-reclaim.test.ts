@@ -4,20 +4,16 @@
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { type ChildRun, runChild } from '../support/child-process.ts';
+import type { ChildRun } from '../support/child-process.ts';
 import { insertConversation, insertRun, upsertSandbox } from '../support/factories.ts';
 import { useProvisionerFixture } from '../support/fixtures.ts';
-
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const CLI = fileURLToPath(new URL('../../infra/ops/cli.ts', import.meta.url));
+import { runOpsCli } from '../support/ops-cli.ts';
 
 const fixture = useProvisionerFixture();
 
 function ops(args: string[], env: Record<string, string> = {}): Promise<ChildRun> {
-  return runChild(process.execPath, ['--import', 'tsx', CLI, ...args], {
-    cwd: ROOT,
+  return runOpsCli(args, {
     env: {
       ...process.env,
       DATABASE_URL: fixture.t.url,

@@ -1,9 +1,8 @@
 /**
- * The operator CLI as an operator runs it: a child process (`node --import tsx infra/ops/cli.ts`,
- * what `npm run ops --` runs, minus npm's start-up) against this file's own local stack.
+ * The operator CLI as an operator runs it: a child process (the bundle the `runtime-cleanup-ops` bin
+ * runs, support/ops-cli.ts) against this file's own local stack.
  */
 import { randomUUID } from 'node:crypto';
-import { fileURLToPath } from 'node:url';
 import type { Message } from '@aws-sdk/client-sqs';
 import { GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
 import { describe, expect, it } from 'vitest';
@@ -11,17 +10,16 @@ import type { FinalizeCommand, ReleaseCommand } from '../../functions/adapters/m
 import { releaseGroupId } from '../../functions/adapters/publish.ts';
 import { QueueName } from '../../functions/adapters/queues.ts';
 import { freePort } from '../../infra/local/embedded-postgres.ts';
-import { type ChildRun, runChild } from '../support/child-process.ts';
+import type { ChildRun } from '../support/child-process.ts';
 import { fenceOf, finishedRootRun } from '../support/factories.ts';
 import { useStackFixture } from '../support/fixtures.ts';
+import { runOpsCli } from '../support/ops-cli.ts';
 import { holdScopeAdvisoryLockUnbounded } from '../support/probes.ts';
 import { eventually } from '../support/stack.ts';
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const CLI = fileURLToPath(new URL('../../infra/ops/cli.ts', import.meta.url));
 /**
- * A CLI process's bound: tsx compiles the CLI at start, and the first test starts twelve at once
- * beside the rest of the suite on two cores (seen: 33 s under a loaded machine). The tests' own
+ * A CLI process's bound: the first test starts twelve at once beside the rest of the suite on two
+ * cores (seen: 33 s under a loaded machine when each compiled the CLI with tsx). The tests' own
  * timeouts stay above it, so a hung CLI is reported as its own failure.
  */
 const CHILD_TIMEOUT_MS = 90_000;
@@ -29,18 +27,14 @@ const CHILD_TIMEOUT_MS = 90_000;
 const fixture = useStackFixture();
 
 function ops(args: string[], env: Record<string, string | undefined> = {}): Promise<ChildRun> {
-  const childEnv: Record<string, string | undefined> = {
-    ...process.env,
-    DATABASE_URL: fixture.t.url,
-    DATABASE_WS_PROXY: fixture.t.wsProxy,
-    AWS_ENDPOINT_URL_SQS: fixture.stack.sqsEndpoint,
-    QUEUE_NAME_PREFIX: '',
-    ...env,
-  };
-  for (const [key, value] of Object.entries(childEnv)) if (value === undefined) delete childEnv[key];
-  return runChild(process.execPath, ['--import', 'tsx', CLI, ...args], {
-    cwd: ROOT,
-    env: childEnv,
+  return runOpsCli(args, {
+    env: {
+      DATABASE_URL: fixture.t.url,
+      DATABASE_WS_PROXY: fixture.t.wsProxy,
+      AWS_ENDPOINT_URL_SQS: fixture.stack.sqsEndpoint,
+      QUEUE_NAME_PREFIX: '',
+      ...env,
+    },
     timeoutMs: CHILD_TIMEOUT_MS,
   });
 }

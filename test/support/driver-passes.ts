@@ -1,0 +1,92 @@
+/**
+ * What the second and third database passes of CI run (`npm run test:tcp`, `npm run test:pgbouncer`):
+ * the integration and e2e tiers once more over another database path, minus the files whose
+ * outcome cannot depend on it. Running those again proves nothing new and cost about a minute and
+ * a half of each pass on two cores, so they run once, in `npm test`.
+ *
+ * A file is here only if it never opens the test database: the harness test
+ * test/harness/driver-passes.test.ts fails if a listed file calls one of the database entry points
+ * of test/support (createTestDatabase, the database, provisioner and stack fixtures,
+ * startTestStack, inject('database')), except where `childrenOnly` says why. A file that is not
+ * listed runs in every pass: forgetting to list one costs time, never coverage.
+ */
+
+export interface DriverFreeFile {
+  /** Why the database path cannot change what the file proves. */
+  reason: string;
+  /**
+   * It hands the test database to child processes whose subject is not the database (their exit
+   * status): the one use of a database entry point a listed file may make.
+   */
+  childrenOnly?: boolean;
+}
+
+const PROVISIONER_ONLY = 'the provisioner client and the local provisioner over HTTP; no database';
+
+export const DRIVER_FREE_FILES: Readonly<Record<string, DriverFreeFile>> = {
+  'test/integration/template-local.test.ts': {
+    reason: 'the packaged local stage; nothing runs against a database',
+  },
+  'test/integration/template-stage-settings.test.ts': {
+    reason: "package-time validation of a stage's settings; nothing runs",
+  },
+  'test/integration/provisioner-answer-origin.test.ts': { reason: PROVISIONER_ONLY },
+  'test/integration/provisioner-audit-control.test.ts': { reason: PROVISIONER_ONLY },
+  'test/integration/provisioner-body-limit.test.ts': { reason: PROVISIONER_ONLY },
+  'test/integration/provisioner-chaos-modes.test.ts': { reason: PROVISIONER_ONLY },
+  'test/integration/provisioner-client-signals.test.ts': { reason: PROVISIONER_ONLY },
+  'test/integration/provisioner-client.test.ts': { reason: PROVISIONER_ONLY },
+  'test/integration/provisioner-delete-may-still-act.test.ts': { reason: PROVISIONER_ONLY },
+  'test/integration/provisioner-faults.test.ts': { reason: PROVISIONER_ONLY },
+  'test/integration/provisioner-lifecycle.test.ts': { reason: PROVISIONER_ONLY },
+  'test/integration/provisioner-listing.test.ts': { reason: PROVISIONER_ONLY },
+  'test/integration/provisioner-reply-faults.test.ts': { reason: PROVISIONER_ONLY },
+  'test/integration/provisioner-token.test.ts': { reason: PROVISIONER_ONLY },
+  'test/integration/provisioner-verification.test.ts': { reason: PROVISIONER_ONLY },
+  'test/integration/event-source.test.ts': {
+    reason: 'the emulated event source mapping over the SQS emulator',
+  },
+  'test/integration/event-source-timeout.test.ts': {
+    reason: 'the emulated event source mapping over the SQS emulator',
+  },
+  'test/integration/aws-timeouts.test.ts': { reason: 'SQS and SSM endpoints that never answer; no database' },
+  'test/e2e/cli-usage.test.ts': { reason: 'usage errors, and a database URL where nothing listens' },
+  'test/e2e/secrets-in-output.test.ts': { reason: 'redaction of URLs that reach no database' },
+  'test/e2e/test-scripts-exit-status.test.ts': {
+    reason: "the test scripts' exit status on fixtures of one assertion each",
+    childrenOnly: true,
+  },
+};
+
+/**
+ * The packaged bundles run against the test database over both drivers (the default pass and the
+ * tcp pass); behind the pooler they would prove only the handlers' database path, which the
+ * handlers' own tests prove there.
+ */
+export const POOLER_PASS_ALSO_LEAVES_OUT: Readonly<Record<string, string>> = {
+  'test/integration/template.test.ts': 'the packaged bundles: proven over both drivers without a pooler',
+  'test/integration/template-production.test.ts':
+    'the packaged bundles: proven over both drivers without a pooler',
+};
+
+export const DatabasePass = { DRIVER: 'driver', POOLER: 'pooler' } as const;
+export type DatabasePass = (typeof DatabasePass)[keyof typeof DatabasePass];
+
+/** RUNTIME_CLEANUP_TEST_PASS as the test scripts set it; unset for `npm test`, which runs every file. */
+export function databasePass(
+  env: Readonly<Record<string, string | undefined>> = process.env,
+): DatabasePass | null {
+  const value = env.RUNTIME_CLEANUP_TEST_PASS?.trim();
+  if (!value) return null;
+  if (value === DatabasePass.DRIVER || value === DatabasePass.POOLER) return value;
+  throw new Error(`RUNTIME_CLEANUP_TEST_PASS="${value}" is invalid: must be "driver", "pooler" or unset`);
+}
+
+/** The files a pass leaves out (paths relative to the repository, as Vitest's `exclude` takes them). */
+export function filesLeftOutOf(pass: DatabasePass | null): string[] {
+  if (pass === null) return [];
+  const driverFree = Object.keys(DRIVER_FREE_FILES);
+  return pass === DatabasePass.POOLER
+    ? [...driverFree, ...Object.keys(POOLER_PASS_ALSO_LEAVES_OUT)]
+    : driverFree;
+}

@@ -3,7 +3,7 @@ import type { Database } from './executor.ts';
 import { DeferralReason, FenceCheckOutcome, type FenceCheckResult } from './types.ts';
 
 /**
- * Phase 1 — fence check: ONE call of `runtime_cleanup_fence_check` (migration 008) in a
+ * Phase 1 — fence check: ONE call of `runtime_cleanup_fence_check` (infra/sql/) in a
  * one-round-trip transaction (`Database.transact`). The function takes the scope's advisory lock
  * and the run's row lock, decides, and returns the decision with the identity phase 2 deletes and
  * phase 3 re-checks; the COMMIT travels in the same message, so no lock waits on the network or

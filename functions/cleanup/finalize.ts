@@ -4,7 +4,7 @@ import { type CleanupIdentity, DeferralReason, FinalizeOutcome, type FinalizeRes
 
 /**
  * Phase 3 — finalize, after a confirmed delete (or when there was nothing to delete): ONE call of
- * `runtime_cleanup_finalize` (migration 008) in a one-round-trip transaction. Under the scope's
+ * `runtime_cleanup_finalize` (infra/sql/) in a one-round-trip transaction. Under the scope's
  * advisory lock and the run's row lock it re-checks everything the delete relied on (the fence is
  * the one phase 1 saw, no run is active in the scope, the Workdir and the scope's sandbox
  * generation are unchanged, no delete is still in flight for the scope) and only then clears the

@@ -7,7 +7,7 @@ import type { Database, Executor } from './executor.ts';
  * COMMITTED transaction (`Database.transact`: BEGIN, the call and COMMIT in one message) that
  * takes the scope's advisory lock, checks everything the delete relies on, and, if the delete
  * may go ahead, records on the scope's `sandbox_runtimes` row that a delete is in flight until a
- * deadline. The statement is `runtime_cleanup_begin_release` (migration 004, refusing any
+ * deadline. The statement is `runtime_cleanup_begin_release` (infra/sql/, refusing any
  * isolation level but READ COMMITTED since 008); the lock it takes ends with it, so no lock is held while the provisioner works.
  *
  * Why not a plain read: a read cannot serialise with the platform's admission. Between the read

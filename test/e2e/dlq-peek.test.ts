@@ -43,7 +43,6 @@ const url = (name: string) => sqs.queues.get(name)!.url;
 
 function ops(args: string[]): Promise<ChildRun> {
   const env: NodeJS.ProcessEnv = {
-    ...process.env,
     DATABASE_URL: t.url,
     DATABASE_WS_PROXY: t.wsProxy,
     AWS_ENDPOINT_URL_SQS: sqs.endpoint,

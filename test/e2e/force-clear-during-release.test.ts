@@ -26,7 +26,6 @@ const fixture = useStackFixture({ stack: { provisionerMode: 'platform' } });
 
 function ops(args: string[]): Promise<ChildRun> {
   const env: Record<string, string | undefined> = {
-    ...process.env,
     DATABASE_URL: fixture.t.url,
     DATABASE_WS_PROXY: fixture.t.wsProxy,
     AWS_ENDPOINT_URL_SQS: fixture.stack.sqsEndpoint,

@@ -39,14 +39,13 @@ afterAll(async () => {
 
 function ops(args: string[]): Promise<ChildRun> {
   const env: NodeJS.ProcessEnv = {
-    ...process.env,
     // Through the proxy, by the CLI's own in-process bridge.
     DATABASE_URL: proxiedUrl,
     AWS_ENDPOINT_URL_SQS: sqs.endpoint,
     QUEUE_NAME_PREFIX: '',
+    // Removed, not inherited from the worker (runOpsCli drops what is undefined).
+    DATABASE_WS_PROXY: undefined,
   };
-  // Removed, not inherited from the worker (runOpsCli drops what is undefined).
-  env.DATABASE_WS_PROXY = undefined;
   return runOpsCli(args, { env, timeoutMs: 60_000 });
 }
 

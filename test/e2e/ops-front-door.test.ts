@@ -25,14 +25,12 @@ afterAll(async () => {
 
 function ops(args: string[], env: Record<string, string | undefined> = {}): Promise<ChildRun> {
   const childEnv: NodeJS.ProcessEnv = {
-    ...process.env,
     DATABASE_URL: t.url,
     DATABASE_WS_PROXY: t.wsProxy,
     AWS_ENDPOINT_URL_SQS: sqs.endpoint,
     QUEUE_NAME_PREFIX: '',
     ...env,
   };
-  for (const [key, value] of Object.entries(childEnv)) if (value === undefined) delete childEnv[key];
   return runOpsCli(args, {
     env: childEnv,
     timeoutMs: 30_000,

@@ -50,7 +50,6 @@ afterAll(async () => {
 
 function ops(args: string[]): Promise<ChildRun> {
   const env: NodeJS.ProcessEnv = {
-    ...process.env,
     DATABASE_URL: t.url,
     DATABASE_WS_PROXY: t.wsProxy,
     // Nothing listens: explain shows the database half and says the dead letters are unknown.

@@ -15,7 +15,6 @@ const fixture = useProvisionerFixture();
 function ops(args: string[], env: Record<string, string> = {}): Promise<ChildRun> {
   return runOpsCli(args, {
     env: {
-      ...process.env,
       DATABASE_URL: fixture.t.url,
       DATABASE_WS_PROXY: fixture.t.wsProxy,
       SANDBOX_PROVISIONER_URL: fixture.provisioner.url,

@@ -844,16 +844,47 @@ function statusWord(body: Record<string, unknown>): string | undefined {
   return stateWord(body.status);
 }
 
-function pendingStatus(body: Record<string, unknown>): string | undefined {
+/**
+ * The envelopes a framework or gateway wraps the real answer in (`{"data": {"status": "deleting"}}`,
+ * `{"result": "scheduled for deletion"}`): what they say counts as if said at the top.
+ */
+const ENVELOPE_FIELDS = ['data', 'result', 'sandbox'] as const;
+
+/**
+ * Why a 200's JSON object does not say the delete is done, or undefined when nothing in it says
+ * otherwise. Only a done WORD confirms: a state field holding anything else — a number such as
+ * `202` (the HTTP status of "accepted", said in the body), `true`, an object — is read as "not
+ * yet", because a wrong "done" clears a fence over a sandbox the provisioner is still deleting and
+ * a wrong "not yet" only keeps the fence a retry longer. A numeric `status` of an HTTP error is a
+ * failure (reportedFailure); `200`/`204` said as numbers confirm as their HTTP twins do.
+ */
+function pendingStatus(body: Record<string, unknown>, depth = 0): string | undefined {
   for (const field of STATE_FIELDS) {
-    const word = stateWord(body[field]);
-    if (word === undefined || DONE_STATUSES.has(word) || FAILED_STATUSES.has(word)) continue;
-    return `${field} ${JSON.stringify(String(body[field]).slice(0, 40))}: the delete is not confirmed done`;
+    const value = body[field];
+    if (value === undefined || value === null) continue;
+    if (typeof value === 'number' && (value === 200 || value === 204 || value >= 400)) continue;
+    const word = stateWord(value);
+    if (word !== undefined && (DONE_STATUSES.has(word) || FAILED_STATUSES.has(word))) continue;
+    const said = JSON.stringify(typeof value === 'string' ? value.slice(0, 40) : value)?.slice(0, 60);
+    return `${field} ${said}: the delete is not confirmed done`;
   }
   for (const field of ['message', 'detail'] as const) {
     const text = body[field];
     if (typeof text === 'string' && UNDER_WAY_TEXT.test(text)) {
       return `${field} ${JSON.stringify(text.slice(0, 80))}: the delete is not done yet`;
+    }
+  }
+  // "Accepted" is the asynchronous API's way of saying "queued": the work is still to come.
+  if (body.accepted === true) return 'accepted: true: the delete is queued, not done';
+  if (depth > 0) return undefined;
+  for (const field of ENVELOPE_FIELDS) {
+    const inner = body[field];
+    if (typeof inner === 'string' && UNDER_WAY_TEXT.test(inner)) {
+      return `${field} ${JSON.stringify(inner.slice(0, 80))}: the delete is not done yet`;
+    }
+    if (typeof inner === 'object' && inner !== null && !Array.isArray(inner)) {
+      const nested = pendingStatus(inner as Record<string, unknown>, depth + 1);
+      if (nested !== undefined) return `${field}.${nested}`;
     }
   }
   return undefined;
@@ -866,7 +897,7 @@ function pendingStatus(body: Record<string, unknown>): string | undefined {
  * or framework that wraps every answer in a 200 reports failures like this; counting it as deleted
  * would clear a fence over a live sandbox.
  */
-function reportedFailure(body: Record<string, unknown>): string | undefined {
+function reportedFailure(body: Record<string, unknown>, depth = 0): string | undefined {
   if (body.ok === false) return 'ok: false';
   if (body.success === false) return 'success: false';
   if (body.deleted === false) return 'deleted: false';
@@ -879,6 +910,14 @@ function reportedFailure(body: Record<string, unknown>): string | undefined {
   for (const field of ['status', 'statusCode', 'status_code'] as const) {
     const value = body[field];
     if (typeof value === 'number' && value >= 400) return `${field} ${value}`;
+  }
+  if (depth > 0) return undefined;
+  for (const field of ENVELOPE_FIELDS) {
+    const inner = body[field];
+    if (typeof inner === 'object' && inner !== null && !Array.isArray(inner)) {
+      const nested = reportedFailure(inner as Record<string, unknown>, depth + 1);
+      if (nested !== undefined) return `${field}.${nested}`;
+    }
   }
   return undefined;
 }

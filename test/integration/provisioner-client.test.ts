@@ -398,6 +398,10 @@ describe('a 200 must carry a JSON object (contract v1.1 §3)', () => {
     ['application/json; charset=utf-8', '{}'],
     ['Application/JSON', ' {"status":"deleted"} '],
     ['application/vnd.provisioner+json', '{"detail":"deleted"}'],
+    // Done said as a number, or inside an envelope: still a confirmation.
+    ['application/json', '{"status":200}'],
+    ['application/json', '{"data":{"status":"deleted"}}'],
+    ['application/json', '{"result":"ok","status":null}'],
   ])('accepts a 200 of type %s with a JSON object as DELETED', async (contentType, body) => {
     const hostile = await startHostileServer((_request, response) => {
       response.writeHead(200, { 'content-type': contentType }).end(body);

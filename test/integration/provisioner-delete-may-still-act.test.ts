@@ -60,6 +60,8 @@ describe('the provisioner answered and decided: nothing of the DELETE acts any m
     ['a 429', () => answering(429)],
     ['a 200 that is an HTML page', () => answering(200, '<html></html>', 'text/html')],
     ['a 200 that reports a failure', () => answering(200, '{"deleted": false}')],
+    ['a 200 whose status is the number 500', () => answering(200, '{"status": 500}')],
+    ['a 200 wrapping a failure in data', () => answering(200, '{"data":{"status":"failed"}}')],
     ['a 404 page from a web server', () => answering(404, '<h1>Not Found</h1>', 'text/html')],
     ['a redirect', () => answering(302)],
   ])('%s', async (_name, start) => {
@@ -92,6 +94,16 @@ describe('the DELETE may still be carried out', () => {
       'a 200 whose message says so',
       () => answering(200, '{"sandbox_id":"sbx-1","message":"deletion in progress"}'),
     ],
+    // Not a done word: a number, a flag, a wrapped answer. Only a done word confirms.
+    ['a 200 whose status is the number 202', () => answering(200, '{"sandbox_id":"sbx-1","status":202}')],
+    ['a 200 whose status is true', () => answering(200, '{"status":true}')],
+    ['a 200 whose status is an object', () => answering(200, '{"status":{"phase":"Terminating"}}')],
+    ['a 200 wrapping "deleting" in data', () => answering(200, '{"data":{"status":"deleting"}}')],
+    [
+      'a 200 whose result is "scheduled for deletion"',
+      () => answering(200, '{"result":"scheduled for deletion"}'),
+    ],
+    ['a 200 that says accepted', () => answering(200, '{"accepted":true}')],
     ['a 503 (a gateway whose upstream may still work)', () => answering(503)],
     ['a 504', () => answering(504)],
     ['a status outside HTTP', () => answering(600)],

@@ -307,6 +307,14 @@ describe('2. while a reclaim DELETE may still act, the scope stays closed and th
       [{ status: 200, body: '{"status":"deleting"}', contentType: 'application/json' }],
     ],
     [
+      'a 200 whose status is the number 202',
+      [{ status: 200, body: '{"status":202}', contentType: 'application/json' }],
+    ],
+    [
+      'a 200 wrapping "deleting" in data',
+      [{ status: 200, body: '{"data":{"status":"deleting"}}', contentType: 'application/json' }],
+    ],
+    [
       'a reset after the request may have been written, whose immediate retry got a 4xx',
       [
         { reset: true, times: 1 },

@@ -49,12 +49,9 @@ describe('sqlLiteral', () => {
     [[{}]],
     [[Number.NaN]],
     [['nul\0byte']],
-  ])(
-    'refuses case %#',
-    (value) => {
-      expect(() => sqlLiteral(value)).toThrow(/sqlLiteral/);
-    },
-  );
+  ])('refuses case %#', (value) => {
+    expect(() => sqlLiteral(value)).toThrow(/sqlLiteral/);
+  });
 });
 
 describe('inlineParameters', () => {

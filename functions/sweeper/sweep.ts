@@ -35,8 +35,11 @@ export const CLAIM_DUE_FENCES = `
   FROM due WHERE a.id = due.id
   RETURNING a.id`;
 
-/** Gives a claim back when its announcement could not be sent, so the next tick tries again. */
-const UNCLAIM = `UPDATE agent_runs SET runtime_cleanup_announced_at = NULL WHERE id = ANY ($1::text[])`;
+/**
+ * Gives a claim back when its announcement could not be sent, so the next tick tries again.
+ * Exported for the chaos suite's classifier tests (test/harness/chaos-backend-phase.test.ts).
+ */
+export const UNCLAIM = `UPDATE agent_runs SET runtime_cleanup_announced_at = NULL WHERE id = ANY ($1::text[])`;
 
 /** The count reads the partial index of pending fences only (no table rows): fine once a minute. */
 export const FENCE_STATS = `

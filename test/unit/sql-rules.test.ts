@@ -232,8 +232,10 @@ describe('one definition of each shared rule', () => {
         }
       }
     }
-    // A write found here belongs in Database.transact (one statement) or withTransaction: both begin
-    // READ COMMITTED (beginTransactionStatement), whatever default_transaction_isolation says.
+    // A write found here belongs in Database.transact, which begins READ COMMITTED
+    // (beginTransactionStatement) whatever default_transaction_isolation says. (None of functions/
+    // uses withTransaction; a `tx.query` write inside one would be pinned too, but reads here like
+    // a plain send: it would need an entry of its own, with its reason.)
     expect(found).toEqual([]);
     // A send whose statement is a variable is allowed only as the adapter's own, as many times as
     // listed: a new one (or a stale entry) shows here.

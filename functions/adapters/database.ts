@@ -475,9 +475,10 @@ export async function openDatabase(options: DatabaseOptions): Promise<PooledData
 
   /**
    * Runs `attempt` once more on a fresh connection when its connection was lost (never after a
-   * timeout). `query` gets it as `withTransaction` does; its deployed callers are all safe to
-   * repeat: the release guard's single read, the sweeper's claim, unclaim and stats (sweep.ts says
-   * why), and the operator CLI's reads. `queryOnce` is for a write that must not run twice.
+   * timeout). `query` gets it as `withTransaction` and `transact` do; its deployed callers are
+   * reads, all safe to repeat: the sweeper's stats, the reclaimer's classification and streaks,
+   * and the operator CLI's reads (the writes go through `transact`, whose callers each say why
+   * theirs is safe to repeat). `queryOnce` is for a write that must not run twice.
    */
   const onceMoreIfLost = async <T>(attempt: () => Promise<T>): Promise<T> => {
     try {

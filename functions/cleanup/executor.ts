@@ -15,10 +15,10 @@ export interface Executor {
 
 export interface Database extends Executor {
   /**
-   * A plain statement (autocommit, no transaction held open). Sent once more on a fresh connection
-   * when its connection is lost before the answer (a terminated backend, a dead socket), as a
-   * transaction is, so it must be safe to repeat: a read, or a write whose repetition changes
-   * nothing that matters. Each caller says why at the call site.
+   * A plain statement (autocommit, no transaction held open), at the session's default isolation:
+   * for reads. The product's writes go through `transact` (test/unit/sql-rules.test.ts). Sent once
+   * more on a fresh connection when its connection is lost before the answer (a terminated backend,
+   * a dead socket), as a transaction is, so it must be safe to repeat.
    */
   query<Row = Record<string, unknown>>(
     text: string,
@@ -46,8 +46,13 @@ export interface Database extends Executor {
    * COMMITTED, the same SET LOCAL bounds as `withTransaction`, the statement, COMMIT, all in one
    * message. A lock the statement takes is therefore never held while anything travels between
    * this process and the database. For the protocol's decision functions (phases 1 and 3, the
-   * release guard). Repeated once on a fresh connection after a lost connection, as a
-   * transaction is, so the statement must be safe to repeat.
+   * release and reclaim guards) and for every bookkeeping write (ending a delete-in-flight record,
+   * the reclaimer's sightings and settings of record, the sweeper's claims): none of them may run
+   * at the database's or role's `default_transaction_isolation`, where a write that waited on a
+   * row another session changed fails with SQLSTATE 40001 instead of re-checking it
+   * (test/unit/sql-rules.test.ts refuses a write sent through `query`). Repeated once on a fresh
+   * connection after a lost connection, as a transaction is, so the statement must be safe to
+   * repeat.
    */
   transact<Row = Record<string, unknown>>(
     text: string,

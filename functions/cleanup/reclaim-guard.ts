@@ -1,4 +1,4 @@
-import type { Database, Executor } from './executor.ts';
+import type { Database } from './executor.ts';
 
 /**
  * The reclaim guard: ONE statement just before each reclaim DELETE
@@ -121,10 +121,13 @@ export type ReclaimEnding = (typeof ReclaimEnding)[keyof typeof ReclaimEnding];
 
 /**
  * Ends the attempt's records (see END_RECLAIM). Safe to repeat (a lost answer): every part of it is
- * matched by the attempt's token and finds nothing left the second time.
+ * matched by the attempt's token and finds nothing left the second time. In a READ COMMITTED
+ * transaction of its own (`Database.transact`), as the guard is: its updates wait on rows the
+ * platform may be writing, and under a database's or role's REPEATABLE READ default that wait
+ * ended in SQLSTATE 40001 and the records were left to their deadlines.
  */
 export async function endReclaim(
-  db: Executor,
+  db: Pick<Database, 'transact'>,
   target: Pick<ReclaimTarget, 'sandboxId' | 'generation'>,
   token: string,
   ending: ReclaimEnding,
@@ -133,5 +136,11 @@ export async function endReclaim(
   if (ending === ReclaimEnding.MAY_STILL_ACT && residualSeconds === undefined) {
     throw new Error('endReclaim: an attempt that may still act needs its residual window');
   }
-  await db.query(END_RECLAIM, [token, target.sandboxId, target.generation, ending, residualSeconds ?? null]);
+  await db.transact(END_RECLAIM, [
+    token,
+    target.sandboxId,
+    target.generation,
+    ending,
+    residualSeconds ?? null,
+  ]);
 }

@@ -233,12 +233,15 @@ const RECORD_SIGHTINGS = `
             THEN now() ELSE runtime_reclaim_sightings.first_seen_at END`;
 
 export async function recordSightings(
-  db: Executor,
+  db: Pick<Database, 'transact'>,
   leaked: readonly ListedSandbox[],
   pairing: { provisioner: string; evidence: string | null },
 ): Promise<void> {
   // Repeating it (a lost answer) changes nothing: the same streaks, last_seen_at a moment later.
-  await db.query(RECORD_SIGHTINGS, [
+  // In a READ COMMITTED transaction of its own (Database.transact): its upserts meet the rows a
+  // guard or the platform's trigger is writing, and under a REPEATABLE READ default that meeting
+  // ended in SQLSTATE 40001 and the run recorded nothing.
+  await db.transact(RECORD_SIGHTINGS, [
     leaked.map((sandbox) => sandbox.sandboxId),
     leaked.map((sandbox) => sandbox.generation),
     leaked.map((sandbox) => sandbox.identity ?? null),
@@ -325,16 +328,23 @@ function recordableSettings(
  * to the deployment's, and keeps its brakes no looser: an operator's shell with
  * RECLAIM_MAX_SHARE_PERCENT=100 cannot switch off the brakes of a deployment that keeps them.
  */
-export async function settingsOfRecord(db: Executor, settings: ReclaimSettings): Promise<SettingsOfRecord> {
+export async function settingsOfRecord(
+  db: Pick<Database, 'transact'>,
+  settings: ReclaimSettings,
+): Promise<SettingsOfRecord> {
   const own = recordableSettings(settings);
-  // Recording is an upsert of the same values: safe to repeat after a lost answer.
-  const { rows } = await db.query<{ name: string; value: number; recorded_at: string; recorded_by: string }>(
-    SETTINGS_OF_RECORD,
-    [
-      JSON.stringify(Object.fromEntries(Object.entries(own).map(([name, { value }]) => [name, value]))),
-      settings.recordAs ?? null,
-    ],
-  );
+  // Recording is an upsert of the same values: safe to repeat after a lost answer. In a READ
+  // COMMITTED transaction (Database.transact): two reclaimers recording at once would otherwise,
+  // under a REPEATABLE READ default, fail the second one with SQLSTATE 40001.
+  const { rows } = await db.transact<{
+    name: string;
+    value: number;
+    recorded_at: string;
+    recorded_by: string;
+  }>(SETTINGS_OF_RECORD, [
+    JSON.stringify(Object.fromEntries(Object.entries(own).map(([name, { value }]) => [name, value]))),
+    settings.recordAs ?? null,
+  ]);
   const recorded = new Map(rows.map((row) => [row.name, Number(row.value)]));
   const at = (name: string): number => {
     const mine = own[name]!;
@@ -744,7 +754,7 @@ export async function runReclaim(
 
 /** The dry run (`ops orphans`): list and classify, record nothing, delete nothing. */
 export async function planOrphans(
-  deps: { db: Executor; lister: SandboxLister; provisioner: string },
+  deps: { db: Executor & Pick<Database, 'transact'>; lister: SandboxLister; provisioner: string },
   settings: ReclaimSettings & ListingSettings,
 ): Promise<ReclaimPlan & { settings: SettingsOfRecord }> {
   const listing = await deps.lister.listSandboxes({ timeoutMs: settings.listTimeoutMs });

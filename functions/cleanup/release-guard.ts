@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { ErrorCode, type ReleaseRefusalCode, ReleaseRefusedError, RunNotFoundError } from './errors.ts';
-import type { Database, Executor } from './executor.ts';
+import type { Database } from './executor.ts';
 
 /**
  * The release guard: just before phase 2 deletes, ONE statement in a one-round-trip READ
@@ -171,13 +171,19 @@ export async function beginRelease(
  * more. Set: the attempt ended without an answer, and the provisioner may still carry out the
  * request for that long. Returns the record's new deadline (null: ended), or undefined when the
  * record was no longer this attempt's (a later attempt took it over; its deadline covers ours).
+ *
+ * In a READ COMMITTED transaction of its own (`Database.transact`), not as an autocommit
+ * statement: its UPDATE waits on the scope's row when the platform or another attempt holds it,
+ * and at a database or role default of REPEATABLE READ or SERIALIZABLE that wait ended in
+ * SQLSTATE 40001 (the row changed after the statement's snapshot) instead of the update. Safe to
+ * repeat after a lost answer: matched by the token, a second run finds the record already lowered.
  */
 export async function endRelease(
-  db: Executor,
+  db: Pick<Database, 'transact'>,
   inFlight: DeleteInFlight,
   residualSeconds?: number,
 ): Promise<Date | null | undefined> {
-  const { rows } = await db.query<{ until: Date | null }>(END_RELEASE, [
+  const { rows } = await db.transact<{ until: Date | null }>(END_RELEASE, [
     inFlight.token,
     inFlight.floorUntil,
     residualSeconds ?? null,

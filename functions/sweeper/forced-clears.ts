@@ -1,4 +1,4 @@
-import type { Executor } from '../cleanup/executor.ts';
+import type { Database } from '../cleanup/executor.ts';
 
 /**
  * ForcedClears, counted where CloudWatch can see it. An operator's `ops force-clear` writes its
@@ -6,6 +6,10 @@ import type { Executor } from '../cleanup/executor.ts';
  * and already reports the fence backlog, claims the rows it has not reported yet and emits their
  * number. One statement claims and counts, so each forced clear is counted once however many
  * sweepers run (a second one waits on the row locks and then finds the rows claimed).
+ *
+ * That second sweeper's re-check is READ COMMITTED's: under REPEATABLE READ or SERIALIZABLE the
+ * wait ends in SQLSTATE 40001 instead, and the tick fails. So the statement runs in a transaction
+ * that pins READ COMMITTED (`Database.transact`), whatever the database's or role's default.
  */
 const CLAIM_UNREPORTED = `
   WITH reported AS (
@@ -15,7 +19,7 @@ const CLAIM_UNREPORTED = `
   )
   SELECT count(*)::int AS forced_clears FROM reported`;
 
-export async function countNewForcedClears(db: Executor): Promise<number> {
-  const { rows } = await db.query<{ forced_clears: number }>(CLAIM_UNREPORTED);
+export async function countNewForcedClears(db: Pick<Database, 'transact'>): Promise<number> {
+  const { rows } = await db.transact<{ forced_clears: number }>(CLAIM_UNREPORTED);
   return rows[0]?.forced_clears ?? 0;
 }

@@ -35,8 +35,11 @@ export const CLAIM_DUE_FENCES = `
   FROM due WHERE a.id = due.id
   RETURNING a.id`;
 
-/** Gives a claim back when its announcement could not be sent, so the next tick tries again. */
-const UNCLAIM = `UPDATE agent_runs SET runtime_cleanup_announced_at = NULL WHERE id = ANY ($1::text[])`;
+/**
+ * Gives a claim back when its announcement could not be sent, so the next tick tries again.
+ * Exported for the chaos suite's classifier tests (test/harness/chaos-backend-phase.test.ts).
+ */
+export const UNCLAIM = `UPDATE agent_runs SET runtime_cleanup_announced_at = NULL WHERE id = ANY ($1::text[])`;
 
 /** The count reads the partial index of pending fences only (no table rows): fine once a minute. */
 export const FENCE_STATS = `
@@ -58,10 +61,14 @@ export async function sweepFences(
   options: { sweepAfterSeconds: number; limit?: number },
 ): Promise<SweepResult> {
   const { db, queues } = deps;
-  // Plain statements, each sent again once if its connection is lost (Database.query); safe here:
-  // a repeated claim takes the fences still due (a claim lost with its answer only waits one more
-  // period, as after a crash), the unclaim is idempotent, and the stats are a read.
-  const claimed = await db.query<{ id: string }>(CLAIM_DUE_FENCES, [
+  // Each statement is sent again once if its connection is lost; safe here: a repeated claim takes
+  // the fences still due (a claim lost with its answer only waits one more period, as after a
+  // crash), the unclaim is idempotent, and the stats are a read. The two writes run in a READ
+  // COMMITTED transaction of their own (Database.transact): the claim locks rows a cleanup or the
+  // platform may have changed since its snapshot, and the unclaim updates rows they may hold, which
+  // under a database's or role's REPEATABLE READ default ended in SQLSTATE 40001 (the tick failed,
+  // or a fence stayed claimed for a period with nobody announcing it).
+  const claimed = await db.transact<{ id: string }>(CLAIM_DUE_FENCES, [
     options.sweepAfterSeconds,
     options.limit ?? SWEEP_BATCH_LIMIT,
   ]);
@@ -70,7 +77,7 @@ export async function sweepFences(
     ids.map((id) => announceRunFinished(queues, id, { reason: 'sweeper' })),
   );
   const failed = ids.filter((_, index) => results[index]!.status === 'rejected');
-  if (failed.length) await db.query(UNCLAIM, [failed]);
+  if (failed.length) await db.transact(UNCLAIM, [failed]);
   const stats = await db.query<{ pending: number; oldest_age_seconds: number }>(FENCE_STATS);
   return {
     announced: ids.filter((id) => !failed.includes(id)),

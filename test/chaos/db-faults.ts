@@ -20,8 +20,15 @@ export const BackendPhase = {
 } as const;
 export type BackendPhase = (typeof BackendPhase)[keyof typeof BackendPhase];
 
+/**
+ * How much of a backend's statement text phaseOf reads: a one-message transaction shows as its
+ * whole message, whose BEGIN and SET LOCALs alone take some 350 characters before the statement
+ * that names the phase. PostgreSQL keeps at most track_activity_query_size (1024 bytes by default).
+ */
+export const PHASE_TEXT_CHARS = 1000;
+
 const STACK_BACKENDS = `
-  SELECT pid, state, left(query, 400) AS query FROM pg_stat_activity
+  SELECT pid, state, left(query, ${PHASE_TEXT_CHARS}) AS query FROM pg_stat_activity
   WHERE datname = current_database() AND application_name = $1::text AND pid <> pg_backend_pid()
     AND backend_type = 'client backend'`;
 const TERMINATE = 'SELECT pg_terminate_backend($1::int) AS terminated';
@@ -33,8 +40,10 @@ export function phaseOf(state: string | null, query: string): BackendPhase {
   if (/WITH RECURSIVE run AS/.test(query)) return BackendPhase.INSPECT;
   if (/pg_advisory_xact_lock\(runtime_cleanup_lock_key\(\$1::text/.test(query))
     return BackendPhase.FINALIZE_LOCK;
-  if (/^\s*(BEGIN|COMMIT|ROLLBACK)/i.test(query)) return BackendPhase.TRANSACTION_BOUNDARY;
+  // Before the BEGIN test: the sweeper's claim and unclaim are one-message transactions
+  // (Database.transact), so their text starts with BEGIN too.
   if (/WITH due AS|FENCE_STATS|runtime_cleanup_announced_at/.test(query)) return BackendPhase.SWEEPER;
+  if (/^\s*(BEGIN|COMMIT|ROLLBACK)/i.test(query)) return BackendPhase.TRANSACTION_BOUNDARY;
   return BackendPhase.OTHER;
 }
 

@@ -273,16 +273,17 @@ it('a failed end-of-reclaim after a confirmed DELETE: reported, the run settles 
   const grace = { graceSeconds: 300 };
   await run([], grace); // both sighted
   await letTimePass(db, grace.graceSeconds + 1);
+  // The end of the attempt is a one-statement transaction (Database.transact), like the guard.
   const flaky = {
-    query: (text: string, params?: unknown[]) => {
+    query: (text: string, params?: unknown[]) => db.query(text as never, params as never),
+    transact: (text: string, params?: unknown[]) => {
       if (text.includes('runtime_cleanup_end_reclaim') && params?.[1] === a) {
         return Promise.reject(
           Object.assign(new Error('Connection terminated unexpectedly'), { code: '57P01' }),
         );
       }
-      return db.query(text as never, params as never);
+      return db.transact(text as never, params as never);
     },
-    transact: (text: string, params?: unknown[]) => db.transact(text as never, params as never),
   };
   let pending = 0;
   let bStarted: () => void = () => {};

@@ -17,7 +17,11 @@ describe('docs/design.md', () => {
     const design = flat(await readDoc('docs/design.md'));
     // The old description (a plain read with no lock) is what the guard replaced.
     expect(design).not.toContain('reads once more, with no transaction and no lock');
-    expect(design).toContain('runs the release guard: one autocommit statement');
+    expect(design).toContain(
+      'runs the release guard: one statement (in a one-message READ COMMITTED transaction, like the phases',
+    );
+    // Sent through Database.transact, never at the session's default isolation (release-guard.ts).
+    expect(design).not.toContain('autocommit statement that');
     expect(design).toContain('records the delete in flight');
     expect(design).toContain('`infra/sql/runtime_cleanup_begin_release.sql`');
     const guard = sqlFunction('runtime_cleanup_begin_release');

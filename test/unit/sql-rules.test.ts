@@ -74,6 +74,70 @@ const DECISION_FUNCTIONS = [
   'runtime_cleanup_begin_reclaim',
 ];
 
+/**
+ * The SQL functions a statement may not call outside a pinned transaction: every one not declared
+ * STABLE or IMMUTABLE (PostgreSQL's default is VOLATILE), i.e. every one that may write or lock.
+ */
+async function volatileFunctions(): Promise<string[]> {
+  return (await loadFunctionFiles())
+    .filter(
+      ({ sql }) =>
+        !/\b(STABLE|IMMUTABLE)\b/.test(sql.slice(0, sql.indexOf('AS $$')).replace(/--[^\n]*/g, '')),
+    )
+    .map(({ name }) => name);
+}
+
+/**
+ * Whether a statement writes (or locks rows, or calls a volatile SQL function): what must run in
+ * the transaction that pins READ COMMITTED, where an UPDATE that waited on a row re-checks it
+ * instead of failing with SQLSTATE 40001 under a REPEATABLE READ or SERIALIZABLE default.
+ */
+function writes(statement: string, volatile: readonly string[]): boolean {
+  const code = statement.replace(/--[^\n]*/g, '');
+  return (
+    /\b(INSERT|UPDATE|DELETE|MERGE|TRUNCATE)\b|\bFOR\s+(NO\s+KEY\s+)?UPDATE\b|\bFOR\s+(KEY\s+)?SHARE\b/i.test(
+      code,
+    ) || volatile.some((name) => new RegExp(`\\b${name}\\s*\\(`, 'i').test(code))
+  );
+}
+
+/**
+ * Every statement a source sends through `.query(…)` or `.queryOnce(…)` (a plain statement, run
+ * at the session's default isolation), with the first argument resolved: a string literal, or
+ * the name of a string constant of the same file. `statement` is undefined when it cannot be
+ * resolved (a variable): such a send must be on PLAIN_SENDS.
+ */
+function plainSendsIn(text: string): Array<{ line: number; call: string; statement: string | undefined }> {
+  const constants = new Map(
+    [...text.matchAll(/\bconst\s+(\w+)\s*=\s*(`[^`]*`|'[^']*'|"[^"]*")/g)].map((m) => [
+      m[1]!,
+      m[2]!.slice(1, -1),
+    ]),
+  );
+  return [
+    ...text.matchAll(
+      /([\w.]+)\.(query|queryOnce)\s*(?:<[\s\S]*?>)?\s*\(\s*(`[^`]*`|'[^']*'|"[^"]*"|[\w.]+)/g,
+    ),
+  ].map((m) => {
+    const argument = m[3]!;
+    const statement = /^[`'"]/.test(argument) ? argument.slice(1, -1) : constants.get(argument);
+    const call = `${m[1]}.${m[2]}(${/^[`'"]/.test(argument) ? '…' : argument})`;
+    return { line: text.slice(0, m.index).split('\n').length, call, statement };
+  });
+}
+
+/**
+ * The plain sends in functions/ that are not the product's statements: the adapter's own generic
+ * sends, which carry whatever `query`, `transact` and `withTransaction` were given (BEGIN … COMMIT
+ * included), and are checked where those are called.
+ */
+const PLAIN_SENDS: Readonly<Record<string, { count: number; why: string }>> = {
+  'functions/adapters/database.ts client.query(text)': {
+    count: 2,
+    why: "`send`, behind query, queryOnce and withTransaction (checked at their callers), and `sendMany`, the one-message transaction's own send (it begins READ COMMITTED)",
+  },
+};
+
 describe('one definition of each shared rule', () => {
   it('spells the terminal statuses out once, in SQL; the TypeScript list is read from there', async () => {
     const hits = (await sources()).flatMap(({ path, text }) =>
@@ -149,6 +213,37 @@ describe('one definition of each shared rule', () => {
     );
   });
 
+  it('sends every write of functions/ through the transaction that pins READ COMMITTED, never as a plain statement', async () => {
+    const volatile = await volatileFunctions();
+    expect(volatile).toEqual(
+      expect.arrayContaining(['runtime_cleanup_end_reclaim', 'runtime_cleanup_settings_of_record']),
+    );
+    const product = (await sources()).filter(({ path }) => path.startsWith('functions/'));
+    const found: string[] = [];
+    const generic = new Map<string, string[]>();
+    for (const { path, text } of product) {
+      for (const send of plainSendsIn(text)) {
+        const where = `${path}:${send.line} ${send.call}`;
+        if (send.statement === undefined) {
+          const key = `${path} ${send.call}`;
+          generic.set(key, [...(generic.get(key) ?? []), where]);
+        } else if (writes(send.statement, volatile)) {
+          found.push(where);
+        }
+      }
+    }
+    // A write found here belongs in Database.transact, which begins READ COMMITTED
+    // (beginTransactionStatement) whatever default_transaction_isolation says. (None of functions/
+    // uses withTransaction; a `tx.query` write inside one would be pinned too, but reads here like
+    // a plain send: it would need an entry of its own, with its reason.)
+    expect(found).toEqual([]);
+    // A send whose statement is a variable is allowed only as the adapter's own, as many times as
+    // listed: a new one (or a stale entry) shows here.
+    expect(Object.fromEntries([...generic].map(([key, sends]) => [key, sends.length]))).toEqual(
+      Object.fromEntries(Object.entries(PLAIN_SENDS).map(([key, { count }]) => [key, count])),
+    );
+  });
+
   it('the scanners find what they look for', () => {
     const list = TERMINAL_RUN_STATUSES.map((status) => `'${status}'`);
     expect(terminalListsIn(`x\nWHERE status NOT IN (${list.join(', ')})`)).toEqual([2]);
@@ -161,6 +256,34 @@ describe('one definition of each shared rule', () => {
       releasedAtTestsIn('SELECT 1\nWHERE s.released_at is not null\n-- released_at IS NOT NULL'),
     ).toEqual([2]);
     expect(releasedAtTestsIn('SET released_at = now() WHERE released_at IS NULL')).toEqual([]);
+    const volatile = ['runtime_cleanup_end_reclaim'];
+    const sent = plainSendsIn(
+      [
+        'const CLAIM = `UPDATE agent_runs SET x = 1`;',
+        "const READ = 'SELECT updated_at, delete_in_flight_until FROM t -- UPDATE in a comment';",
+        'await db.query(CLAIM, [1]);',
+        'await db.query<{ id: string }>(READ);',
+        "await db.queryOnce('SELECT * FROM runtime_cleanup_end_reclaim($1::text)', [t]);",
+        'await client.query(text, values);',
+        'await db.transact(CLAIM);',
+      ].join('\n'),
+    );
+    expect(
+      sent.map(({ line, call, statement }) => [
+        line,
+        call,
+        statement !== undefined && writes(statement, volatile),
+      ]),
+    ).toEqual([
+      [3, 'db.query(CLAIM)', true],
+      [4, 'db.query(READ)', false],
+      [5, 'db.queryOnce(…)', true],
+      [6, 'client.query(text)', false],
+    ]);
+    expect(sent[3]!.statement).toBeUndefined();
+    expect(writes('SELECT id FROM agent_runs FOR UPDATE SKIP LOCKED', [])).toBe(true);
+    expect(writes('INSERT INTO s VALUES (1) ON CONFLICT DO NOTHING', [])).toBe(true);
+    expect(writes('SELECT runtime_cleanup_generation_released(a, b, c, d, e)', volatile)).toBe(false);
     expect(functionsCreatedIn('-- CREATE FUNCTION a()\nCREATE OR REPLACE FUNCTION public.b(x int)')).toEqual([
       'b',
     ]);

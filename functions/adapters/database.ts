@@ -211,6 +211,22 @@ function describeCause(error: unknown): string {
  */
 const brokenClients = new WeakMap<DriverClient, Error>();
 
+/**
+ * How every connection renders timestamps, set once when it is opened. Both drivers parse a
+ * timestamptz only from ISO text (`2026-12-05 07:08:10.123+00`); under a DateStyle a team may set
+ * on its database or role (`ALTER DATABASE … SET DateStyle = 'SQL, DMY'`, German, Postgres) they
+ * read every timestamp as null, and a reclaim brake, a due-leak order or a release's residual
+ * deadline then reads null too. `transact` pins both inside its transaction
+ * (beginTransactionStatement); this pins them for the plain reads and writes of `query`.
+ *
+ * A session-level SET, sent as a statement, not a startup parameter: PgBouncer 1.18 refuses an
+ * `options` startup parameter (or drops it, if told to ignore it) and Neon's proxy forwards only
+ * some startup parameters, while a statement reaches the server on every path. Behind a
+ * transaction-mode pooler it still holds: DateStyle and TimeZone are parameters PgBouncer tracks
+ * per client, and it sets them on whichever server connection it gives this client next.
+ */
+export const SESSION_SETTINGS = "SET DateStyle = 'ISO, MDY'; SET TimeZone = 'UTC'";
+
 /** A bound ran out: retryable (the queue brings the record back), and never retried in-process. */
 function timeoutError(phase: 'connect' | 'query', timeoutMs: number): DatabaseUnavailableError {
   return new DatabaseUnavailableError(
@@ -249,6 +265,12 @@ export async function openDatabase(options: DatabaseOptions): Promise<PooledData
     });
     created.on('connect', (client) => {
       client.on('error', (error: Error) => {
+        if (!brokenClients.has(client)) brokenClients.set(client, error);
+      });
+      // Queued before the caller's first statement (a client runs its statements in order, and
+      // pg-pool emits this before it hands the client over): SESSION_SETTINGS says why. Should it
+      // fail, the connection is discarded on release rather than serve a session left unpinned.
+      client.query(SESSION_SETTINGS).catch((error: Error) => {
         if (!brokenClients.has(client)) brokenClients.set(client, error);
       });
     });

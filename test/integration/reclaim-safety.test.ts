@@ -22,8 +22,8 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Database } from '../../functions/adapters/database.ts';
 import { DATABASE_DRIVERS } from '../../functions/adapters/database-driver.ts';
-import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { ProvisionerClient } from '../../functions/adapters/provisioner-client.ts';
+import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { residualDeleteSeconds } from '../../functions/cleanup/guarded-delete.ts';
 import {
   classifyListing,
@@ -38,8 +38,8 @@ import {
   settingsOfRecord,
 } from '../../functions/cleanup/reclaim.ts';
 import { beginReclaim, ReclaimVerdict } from '../../functions/cleanup/reclaim-guard.ts';
-import { beginRelease, endRelease, ReleaseGuard } from '../../functions/cleanup/release-guard.ts';
 import { ReclaimRefusal, type ReclaimRefusedError } from '../../functions/cleanup/reclaim-listing.ts';
+import { beginRelease, endRelease, ReleaseGuard } from '../../functions/cleanup/release-guard.ts';
 import { SandboxProvider } from '../../functions/cleanup/sandbox-provider.ts';
 import type { Fault } from '../../infra/local/provisioner/faults.ts';
 import { type LocalProvisioner, startProvisioner } from '../../infra/local/provisioner/server.ts';

@@ -310,7 +310,9 @@ const SETTINGS_OF_RECORD = `
 
 /**
  * The recorded names, how each is derived from a run's own settings, and which way is stricter:
- * a longer grace, hold or bound (`max`), a smaller share or per-run bound (`min`).
+ * a longer grace, hold or bound (`max`), a smaller share or per-run bound (`min`). The record
+ * itself keeps the stricter value for a while by the same directions
+ * (infra/sql/runtime_cleanup_settings_of_record.sql says why).
  */
 function recordableSettings(
   settings: ReclaimSettings,
@@ -379,6 +381,16 @@ export async function settingsOfRecord(db: Executor, settings: ReclaimSettings):
     })),
     tightened,
   };
+}
+
+/**
+ * The settings a run applies that no deployment has recorded here: every one of them in a
+ * database whose deployed reclaimer has not run yet. `ops reclaim --yes` refuses to act on its
+ * shell's values for those unless told to (infra/ops/commands/reclaim.ts).
+ */
+export function unrecordedSettings(ofRecord: SettingsOfRecord): string[] {
+  const recorded = new Set(ofRecord.recorded.map((row) => row.name));
+  return Object.keys(recordableSettings(ofRecord.effective)).filter((name) => !recorded.has(name));
 }
 
 export interface ReclaimDeps {

@@ -75,7 +75,9 @@ describe('ops orphans and ops reclaim', () => {
     expect(listed.due).toEqual([]);
 
     // A dry run records nothing: reclaim --yes starts the streak, and only a later one deletes.
-    const start = await ops(['reclaim', '--yes', '--json']);
+    // No deployed reclaimer has recorded its settings here: this shell's grace of a second is
+    // used only because it is asked for (ops-reclaim-settings.test.ts has the refusal).
+    const start = await ops(['reclaim', '--yes', '--settings-from-environment', '--json']);
     expect(start.code, start.stderr).toBe(0);
     expect(json(start)).toMatchObject({ applied: true, reclaimed: 0, leaked: 1 });
     await new Promise((resolve) => setTimeout(resolve, 1_200));
@@ -86,7 +88,7 @@ describe('ops orphans and ops reclaim', () => {
     expect(dry.stdout).toContain('sbx-ops-leak');
     expect(fixture.provisioner.sandbox('sbx-ops-leak')).toBeDefined();
 
-    const done = await ops(['reclaim', '--yes', '--json']);
+    const done = await ops(['reclaim', '--yes', '--settings-from-environment', '--json']);
     expect(done.code, done.stderr).toBe(0);
     expect(json(done)).toMatchObject({
       reclaimed: 1,
@@ -106,7 +108,9 @@ describe('ops orphans and ops reclaim', () => {
     try {
       const [refused, unreachable, missing] = await Promise.all([
         ops(['orphans', '--json'], { SANDBOX_PROVISIONER_URL: hostileUrl }),
-        ops(['reclaim', '--yes'], { SANDBOX_PROVISIONER_URL: 'http://127.0.0.1:1' }),
+        ops(['reclaim', '--yes', '--settings-from-environment'], {
+          SANDBOX_PROVISIONER_URL: 'http://127.0.0.1:1',
+        }),
         ops(['orphans'], { SANDBOX_PROVISIONER_URL: '' }),
       ]);
       expect(refused.code).toBe(1);

@@ -216,16 +216,18 @@ const brokenClients = new WeakMap<DriverClient, Error>();
  * timestamptz only from ISO text (`2026-12-05 07:08:10.123+00`); under a DateStyle a team may set
  * on its database or role (`ALTER DATABASE … SET DateStyle = 'SQL, DMY'`, German, Postgres) they
  * read every timestamp as null, and a reclaim brake, a due-leak order or a release's residual
- * deadline then reads null too. `transact` pins both inside its transaction
- * (beginTransactionStatement); this pins them for the plain reads and writes of `query`.
+ * deadline then reads null too. Every transaction pins both (beginTransactionStatement); this pins
+ * them for the statements sent outside one (`query`, `queryOnce`), at one round trip per new
+ * connection.
  *
- * A session-level SET, sent as a statement, not a startup parameter: PgBouncer 1.18 refuses an
- * `options` startup parameter (or drops it, if told to ignore it) and Neon's proxy forwards only
- * some startup parameters, while a statement reaches the server on every path. Behind a
- * transaction-mode pooler it still holds: DateStyle and TimeZone are parameters PgBouncer tracks
- * per client, and it sets them on whichever server connection it gives this client next.
+ * A statement, not a startup parameter: PgBouncer 1.18 answers an `options` startup parameter
+ * with "unsupported startup parameter: options" (or drops it, if told to ignore it), node-postgres
+ * sends no other that could carry them, and what Neon's proxy does with startup parameters no
+ * local run can show; a statement reaches the server on every path. Behind a transaction-mode
+ * pooler it still holds: DateStyle and TimeZone are parameters PgBouncer tracks per client, and it
+ * sets them on whichever server connection it gives this client next.
  */
-export const SESSION_SETTINGS = "SET DateStyle = 'ISO, MDY'; SET TimeZone = 'UTC'";
+const SESSION_SETTINGS = "SET DateStyle = 'ISO, MDY'; SET TimeZone = 'UTC'";
 
 /** A bound ran out: retryable (the queue brings the record back), and never retried in-process. */
 function timeoutError(phase: 'connect' | 'query', timeoutMs: number): DatabaseUnavailableError {

@@ -807,7 +807,11 @@ AS $function$
       SELECT e.key, (e.value #>> '{}')::double precision, now(), p_by
       FROM jsonb_each(p_settings) AS e
       ON CONFLICT ON CONSTRAINT runtime_cleanup_settings_pkey DO UPDATE
-        SET value = EXCLUDED.value, recorded_at = EXCLUDED.recorded_at, recorded_by = EXCLUDED.recorded_by;
+        SET value = EXCLUDED.value, recorded_at = EXCLUDED.recorded_at, recorded_by = EXCLUDED.recorded_by
+        WHERE CASE WHEN s.name IN ('reclaim_max_share_percent', 'reclaim_max_per_run')
+                   THEN EXCLUDED.value <= s.value
+                   ELSE EXCLUDED.value >= s.value END
+           OR s.recorded_at <= now() - make_interval(secs => 900);
     END IF;
     RETURN QUERY SELECT s.name, s.value, s.recorded_at, s.recorded_by FROM runtime_cleanup_settings s ORDER BY s.name;
   END

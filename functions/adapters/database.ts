@@ -211,6 +211,24 @@ function describeCause(error: unknown): string {
  */
 const brokenClients = new WeakMap<DriverClient, Error>();
 
+/**
+ * How every connection renders timestamps, set once when it is opened. Both drivers parse a
+ * timestamptz only from ISO text (`2026-12-05 07:08:10.123+00`); under a DateStyle a team may set
+ * on its database or role (`ALTER DATABASE … SET DateStyle = 'SQL, DMY'`, German, Postgres) they
+ * read every timestamp as null, and a reclaim brake, a due-leak order or a release's residual
+ * deadline then reads null too. Every transaction pins both (beginTransactionStatement); this pins
+ * them for the statements sent outside one (`query`, `queryOnce`), at one round trip per new
+ * connection.
+ *
+ * A statement, not a startup parameter: PgBouncer 1.18 answers an `options` startup parameter
+ * with "unsupported startup parameter: options" (or drops it, if told to ignore it), node-postgres
+ * sends no other that could carry them, and what Neon's proxy does with startup parameters no
+ * local run can show; a statement reaches the server on every path. Behind a transaction-mode
+ * pooler it still holds: DateStyle and TimeZone are parameters PgBouncer tracks per client, and it
+ * sets them on whichever server connection it gives this client next.
+ */
+const SESSION_SETTINGS = "SET DateStyle = 'ISO, MDY'; SET TimeZone = 'UTC'";
+
 /** A bound ran out: retryable (the queue brings the record back), and never retried in-process. */
 function timeoutError(phase: 'connect' | 'query', timeoutMs: number): DatabaseUnavailableError {
   return new DatabaseUnavailableError(
@@ -249,6 +267,12 @@ export async function openDatabase(options: DatabaseOptions): Promise<PooledData
     });
     created.on('connect', (client) => {
       client.on('error', (error: Error) => {
+        if (!brokenClients.has(client)) brokenClients.set(client, error);
+      });
+      // Queued before the caller's first statement (a client runs its statements in order, and
+      // pg-pool emits this before it hands the client over): SESSION_SETTINGS says why. Should it
+      // fail, the connection is discarded on release rather than serve a session left unpinned.
+      client.query(SESSION_SETTINGS).catch((error: Error) => {
         if (!brokenClients.has(client)) brokenClients.set(client, error);
       });
     });

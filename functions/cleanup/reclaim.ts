@@ -191,6 +191,25 @@ export async function classifyListing(
   return { sandboxes, pairedAt };
 }
 
+/**
+ * Oldest streak first. A due leak's streak is a grace old, so the database holds its start; one
+ * that reads as missing or unreadable (a driver that could not parse the timestamp's text) is a
+ * clear error here, never a TypeError inside the sort or an order decided by NaN.
+ */
+function byStreakStart(a: ClassifiedSandbox, b: ClassifiedSandbox): number {
+  return streakStart(a) - streakStart(b);
+}
+
+function streakStart(sandbox: ClassifiedSandbox): number {
+  const at = sandbox.firstSeenAt?.getTime();
+  if (at === undefined || Number.isNaN(at)) {
+    throw new Error(
+      `reclaim: the due sandbox ${sandbox.sandboxId} has no readable streak start (first_seen_at read as ${String(sandbox.firstSeenAt)})`,
+    );
+  }
+  return at;
+}
+
 function leakReason(listed: ListedSandbox, owners: SandboxOwner[]): LeakReason {
   if (owners.length === 0) return LeakReason.UNRECORDED;
   const same = owners.filter((owner) => listed.generation === null || owner.generation === listed.generation);
@@ -294,7 +313,9 @@ const SETTINGS_OF_RECORD = `
 
 /**
  * The recorded names, how each is derived from a run's own settings, and which way is stricter:
- * a longer grace, hold or bound (`max`), a smaller share or per-run bound (`min`).
+ * a longer grace, hold or bound (`max`), a smaller share or per-run bound (`min`). The record
+ * itself keeps the stricter value for a while by the same directions
+ * (infra/sql/runtime_cleanup_settings_of_record.sql says why).
  */
 function recordableSettings(
   settings: ReclaimSettings,
@@ -370,6 +391,16 @@ export async function settingsOfRecord(
     })),
     tightened,
   };
+}
+
+/**
+ * The settings a run applies that no deployment has recorded here: every one of them in a
+ * database whose deployed reclaimer has not run yet. `ops reclaim --yes` refuses to act on its
+ * shell's values for those unless told to (infra/ops/commands/reclaim.ts).
+ */
+export function unrecordedSettings(ofRecord: SettingsOfRecord): string[] {
+  const recorded = new Set(ofRecord.recorded.map((row) => row.name));
+  return Object.keys(recordableSettings(ofRecord.effective)).filter((name) => !recorded.has(name));
 }
 
 export interface ReclaimDeps {
@@ -465,9 +496,7 @@ export async function planReclaim(
     maxSharePercent: settings.maxSharePercent,
     pairedAt,
   });
-  const due = leaked
-    .filter((sandbox) => sandbox.waiting === null)
-    .sort((a, b) => a.firstSeenAt!.getTime() - b.firstSeenAt!.getTime());
+  const due = leaked.filter((sandbox) => sandbox.waiting === null).sort(byStreakStart);
   return {
     listed: listing.length,
     classified,
@@ -559,7 +588,7 @@ export async function reclaimLeaked(
   const streaks = new Map(rows.map((row) => [row.sandbox_id, row]));
   const due = firstPlan.leaked
     .filter((sandbox) => sandbox.waiting === null && streaks.get(sandbox.sandboxId)?.old_enough)
-    .sort((a, b) => a.firstSeenAt!.getTime() - b.firstSeenAt!.getTime());
+    .sort(byStreakStart);
   const plan = {
     ...firstPlan,
     due: due.slice(0, settings.maxPerRun),

@@ -12,6 +12,7 @@ export const OpsErrorCode = {
   DATABASE_READ_ONLY: 'DATABASE_READ_ONLY',
   DATABASE_LOCKED: 'DATABASE_LOCKED',
   SCOPE_BLOCKED: 'SCOPE_BLOCKED',
+  NO_SETTINGS_OF_RECORD: 'NO_SETTINGS_OF_RECORD',
 } as const;
 export type OpsErrorCode = (typeof OpsErrorCode)[keyof typeof OpsErrorCode];
 
@@ -74,6 +75,16 @@ export class DatabaseLockedError extends OpsError {
 export class ScopeBlockedError extends OpsError {
   readonly code = OpsErrorCode.SCOPE_BLOCKED;
   readonly exitCode = ExitCode.BUSY;
+}
+
+/**
+ * `reclaim --yes` in a database where the deployment has recorded no settings of record (its
+ * reclaimer never ran there): the only grace and bounds left are this shell's, which need not be
+ * the stage's. Refused (exit 1) unless the operator says to use them.
+ */
+export class NoSettingsOfRecordError extends OpsError {
+  readonly code = OpsErrorCode.NO_SETTINGS_OF_RECORD;
+  readonly exitCode = ExitCode.REFUSED;
 }
 
 export function isOpsError(error: unknown): error is OpsError {

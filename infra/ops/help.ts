@@ -11,7 +11,7 @@ export const EXIT_CODE_HELP: ReadonlyArray<[number, string, string]> = [
   [
     ExitCode.REFUSED,
     'refused',
-    'refused or not found: unknown run, no pending fence, run or scope still active',
+    'refused or not found: unknown run, no pending fence, run or scope still active, reclaim --yes without settings of record',
   ],
   [ExitCode.USAGE, 'usage', 'bad usage or bad configuration: nothing was attempted'],
   [

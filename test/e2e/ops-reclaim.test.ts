@@ -9,6 +9,7 @@ import type { ChildRun } from '../support/child-process.ts';
 import { insertConversation, insertRun, upsertSandbox } from '../support/factories.ts';
 import { useProvisionerFixture } from '../support/fixtures.ts';
 import { runOpsCli } from '../support/ops-cli.ts';
+import { letTimePass } from '../support/reclaim-time.ts';
 
 const fixture = useProvisionerFixture();
 
@@ -75,7 +76,9 @@ describe('ops orphans and ops reclaim', () => {
     expect(listed.due).toEqual([]);
 
     // A dry run records nothing: reclaim --yes starts the streak, and only a later one deletes.
-    const start = await ops(['reclaim', '--yes', '--json']);
+    // No deployed reclaimer has recorded its settings here: this shell's grace of a second is
+    // used only because it is asked for (ops-reclaim-settings.test.ts has the refusal).
+    const start = await ops(['reclaim', '--yes', '--settings-from-environment', '--json']);
     expect(start.code, start.stderr).toBe(0);
     expect(json(start)).toMatchObject({ applied: true, reclaimed: 0, leaked: 1 });
     await new Promise((resolve) => setTimeout(resolve, 1_200));
@@ -86,7 +89,7 @@ describe('ops orphans and ops reclaim', () => {
     expect(dry.stdout).toContain('sbx-ops-leak');
     expect(fixture.provisioner.sandbox('sbx-ops-leak')).toBeDefined();
 
-    const done = await ops(['reclaim', '--yes', '--json']);
+    const done = await ops(['reclaim', '--yes', '--settings-from-environment', '--json']);
     expect(done.code, done.stderr).toBe(0);
     expect(json(done)).toMatchObject({
       reclaimed: 1,
@@ -106,7 +109,9 @@ describe('ops orphans and ops reclaim', () => {
     try {
       const [refused, unreachable, missing] = await Promise.all([
         ops(['orphans', '--json'], { SANDBOX_PROVISIONER_URL: hostileUrl }),
-        ops(['reclaim', '--yes'], { SANDBOX_PROVISIONER_URL: 'http://127.0.0.1:1' }),
+        ops(['reclaim', '--yes', '--settings-from-environment'], {
+          SANDBOX_PROVISIONER_URL: 'http://127.0.0.1:1',
+        }),
         ops(['orphans'], { SANDBOX_PROVISIONER_URL: '' }),
       ]);
       expect(refused.code).toBe(1);
@@ -117,6 +122,43 @@ describe('ops orphans and ops reclaim', () => {
       expect(missing.stderr).toContain('SANDBOX_PROVISIONER_URL');
     } finally {
       await new Promise((resolve) => hostile.close(resolve));
+    }
+  });
+});
+
+/**
+ * The operator's view of the DateStyle finding: ops runs its reads inside transactions, which pin
+ * DateStyle and TimeZone (infra/ops/context.ts), so this held before every connection was pinned
+ * too; it keeps holding whichever way a later change sends them.
+ */
+describe("under a database whose DateStyle is 'SQL, DMY'", () => {
+  it('orphans prints the streak start as an ISO instant, and reclaim --yes reclaims as under ISO', async () => {
+    await fixture.t.setDateStyle('SQL, DMY');
+    try {
+      const sandboxId = 'sbx-ops-datestyle';
+      await post(sandboxId);
+      const start = await ops(['reclaim', '--yes', '--settings-from-environment', '--json']);
+      expect(start.code, start.stderr).toBe(0);
+
+      const listed = await ops(['orphans', '--json']);
+      expect(listed.code, listed.stderr).toBe(0);
+      const leak = json<{ leaked: Array<{ sandboxId: string; seenLeakedSince: string | null }> }>(
+        listed,
+      ).leaked.find((each) => each.sandboxId === sandboxId);
+      expect(leak?.seenLeakedSince).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/);
+      expect(Math.abs(Date.parse(leak!.seenLeakedSince!) - Date.now())).toBeLessThan(60_000);
+      const text = await ops(['orphans']);
+      expect(text.stdout).toMatch(new RegExp(`${sandboxId}\\b.*\\b${leak!.seenLeakedSince!.slice(0, 16)}`));
+
+      await letTimePass(fixture.t.db, 2); // past the shell's grace of a second
+      const done = await ops(['reclaim', '--yes', '--settings-from-environment', '--json']);
+      expect(done.code, done.stderr).toBe(0);
+      expect(json<{ events: Array<{ kind: string; sandboxId: string }> }>(done).events).toContainEqual(
+        expect.objectContaining({ kind: 'reclaimed', sandboxId }),
+      );
+      expect(fixture.provisioner.sandbox(sandboxId)).toBeUndefined();
+    } finally {
+      await fixture.t.setDateStyle(null);
     }
   });
 });

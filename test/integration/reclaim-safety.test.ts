@@ -19,14 +19,17 @@ import { createHash, randomUUID } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Database } from '../../functions/adapters/database.ts';
+import { DATABASE_DRIVERS } from '../../functions/adapters/database-driver.ts';
 import { ProvisionerClient } from '../../functions/adapters/provisioner-client.ts';
+import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { residualDeleteSeconds } from '../../functions/cleanup/guarded-delete.ts';
 import {
   classifyListing,
   LeakReason,
   PAIRING_EVIDENCE_MAX_AGE_SECONDS,
+  planReclaim,
   provisionerIdentity,
   type ReclaimEvent,
   type ReclaimSettings,
@@ -36,12 +39,13 @@ import {
 } from '../../functions/cleanup/reclaim.ts';
 import { beginReclaim, ReclaimVerdict } from '../../functions/cleanup/reclaim-guard.ts';
 import { ReclaimRefusal, type ReclaimRefusedError } from '../../functions/cleanup/reclaim-listing.ts';
+import { beginRelease, endRelease, ReleaseGuard } from '../../functions/cleanup/release-guard.ts';
 import { SandboxProvider } from '../../functions/cleanup/sandbox-provider.ts';
 import type { Fault } from '../../infra/local/provisioner/faults.ts';
 import { type LocalProvisioner, startProvisioner } from '../../infra/local/provisioner/server.ts';
-import { insertConversation, insertRun, upsertSandbox } from '../support/factories.ts';
+import { finishedRootRun, insertConversation, insertRun, upsertSandbox } from '../support/factories.ts';
 import { useDatabaseFixture } from '../support/fixtures.ts';
-import { rejectionOf } from '../support/probes.ts';
+import { rejectionOf, releaseNeeded } from '../support/probes.ts';
 import { letTimePass } from '../support/reclaim-time.ts';
 import { eventually } from '../support/stack.ts';
 
@@ -618,6 +622,91 @@ describe('6. a quiet fleet is reclaimed; a wrong pairing still is not', () => {
     const error = await rejectionOf(reclaim(local));
     expect((error as ReclaimRefusedError).reason).toBe(ReclaimRefusal.NO_KNOWN_SANDBOXES);
     expect((error as ReclaimRefusedError).message).toMatch(/longer ago than/);
+  });
+});
+
+describe.each(['SQL, DMY', 'German'] as const)("6b. a database whose DateStyle is '%s'", (style) => {
+  // Set on the database, as a team might: every session logs in with it unless it says otherwise.
+  beforeEach(() => database.t.setDateStyle(style));
+  afterEach(() => database.t.setDateStyle(null));
+
+  it.each(DATABASE_DRIVERS)(
+    "over the %s driver: a quiet fleet is reclaimed as under ISO, in streak order, and a release guard's residual deadline is a date",
+    async (driver) => {
+      const db = await database.t.connect({ driver, maxConnections: 4 });
+      // The setting is in place: a session that does not say otherwise logs in with it.
+      const { rows } = await db.query<{ config: string[] }>(
+        `SELECT setconfig AS config FROM pg_db_role_setting
+         WHERE setrole = 0 AND setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+      );
+      expect(rows[0]?.config).toContain(`DateStyle=${style}`);
+      const local = await startLocal();
+      // The quiet fleet of section 6: a healthy listing by day, only leaks by night.
+      const day = await scope();
+      const dayId = `sbx-${day.runtimeScopeId}`;
+      await upsertSandbox(database.t.db, { ...day, sandboxId: dayId, generation: await post(local, dayId) });
+      await insertRun(database.t.db, { ...day, status: 'running' });
+      await reclaim(local, { db });
+      await database.t.db.query("UPDATE agent_runs SET status = 'completed' WHERE uid = $1", [day.uid]);
+      await fetch(new URL(`/api/sandboxes/${dayId}`, local.provisioner.url), { method: 'DELETE' });
+      await eventually('the day sandbox to be gone', async () => !local.provisioner.sandbox(dayId));
+      const leaks = ['a', 'b'].map((name) => `sbx-night-${name}-${randomUUID().slice(0, 6)}`);
+      for (const id of leaks) await post(local, id);
+      await letTimePass(database.t.db, 10 * 3600);
+      const first = await reclaim(local, { db });
+      expect(first.brakeLifted).toMatchObject({ brake: ReclaimRefusal.NO_KNOWN_SANDBOXES });
+      await letTimePass(database.t.db, GRACE_SECONDS + 1);
+      const second = await reclaim(local, { db });
+      expect(second.reclaimed).toBe(2);
+      for (const sandbox of second.due) expect(sandbox.firstSeenAt).toBeInstanceOf(Date);
+      for (const id of leaks) expect(local.provisioner.sandbox(id)).toBeUndefined();
+
+      // The release guard's residual deadline, read back by a plain statement.
+      const s = await finishedRootRun(database.t.db);
+      const identity = releaseNeeded(await fenceCheck(db, s.rootRunId));
+      const guard = await beginRelease(
+        db,
+        { ...identity, sandboxId: identity.sandboxId!, generation: identity.generation! },
+        { inFlightSeconds: 600, lockTimeoutMs: 5_000 },
+      );
+      if (guard.verdict !== ReleaseGuard.PROCEED) throw new Error(guard.verdict);
+      const until = await endRelease(db, guard.inFlight, 30);
+      expect(until).toBeInstanceOf(Date);
+      const inSeconds = ((until as Date).getTime() - Date.now()) / 1000;
+      expect(inSeconds).toBeGreaterThan(25);
+      expect(inSeconds).toBeLessThanOrEqual(31);
+    },
+  );
+});
+
+describe('6c. a streak start that reads as missing', () => {
+  it('stops the plan with an error naming the sandbox, not a TypeError inside the sort', async () => {
+    const local = await startLocal();
+    const day = await scope();
+    const dayId = `sbx-${day.runtimeScopeId}`;
+    await upsertSandbox(database.t.db, { ...day, sandboxId: dayId, generation: await post(local, dayId) });
+    await insertRun(database.t.db, { ...day, status: 'running' });
+    for (const name of ['a', 'b']) await post(local, `sbx-due-${name}-${randomUUID().slice(0, 6)}`);
+    await reclaim(local); // first sightings
+    await letTimePass(database.t.db, GRACE_SECONDS + 1);
+    const listing = await local.client.listSandboxes({ timeoutMs: 5_000 });
+    // A reader the pinned session settings do not reach (SET LOCAL inside its own transaction): the
+    // driver reads every timestamp it renders as null, so two due leaks have no streak start.
+    const error = await rejectionOf(
+      database.t.db.withTransaction(async (tx) => {
+        await tx.query("SET LOCAL DateStyle = 'SQL, DMY'");
+        return planReclaim(
+          tx,
+          listing,
+          settings({ maxSharePercent: 100 }),
+          provisionerIdentity(local.provisioner.url),
+        );
+      }),
+    );
+    expect(error).not.toBeInstanceOf(TypeError);
+    expect(String((error as Error).message)).toMatch(
+      /the due sandbox sbx-due-\S+ has no readable streak start/,
+    );
   });
 });
 

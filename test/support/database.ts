@@ -21,6 +21,8 @@ export interface TestDatabase {
    * transaction after it, pooled ones included (their server connections log in again).
    */
   setDefaultIsolation(level: 'repeatable read' | 'serializable' | null): Promise<void>;
+  /** The same for DateStyle: how the database renders timestamps as text, unless a session says. */
+  setDateStyle(style: 'SQL, DMY' | 'German' | 'Postgres, DMY' | null): Promise<void>;
   drop(): Promise<void>;
 }
 
@@ -68,6 +70,23 @@ export async function createTestDatabase(creation: { empty?: boolean } = {}): Pr
     pools.push(db);
     return db;
   };
+  /** ALTER DATABASE ... SET or RESET one setting, seen by every session that logs in after it. */
+  const setDefault = async (setting: string, value: string | null) => {
+    // The name is made of hex digits above; the setting and its value are literals of the callers.
+    await admin.query(
+      value === null
+        ? `ALTER DATABASE ${name} RESET ${setting}`
+        : `ALTER DATABASE ${name} SET ${setting} = '${value}'`,
+    );
+    // A login-time setting reaches only sessions that log in after it: the sessions already
+    // open (in `db`'s pool, or PgBouncer's) would carry the old default into the next test.
+    // Behind PgBouncer its servers log in again as they are released; `db` is replaced by a
+    // new pool (the tests' own pools from connect() are theirs to end).
+    if (poolerPort !== null) await reconnectServers(adminUrl, poolerPort, name);
+    const previous = database.db;
+    database.db = await connect({ maxConnections: 20 });
+    await previous.end();
+  };
   const database: TestDatabase = {
     url: url.toString(),
     name,
@@ -75,22 +94,8 @@ export async function createTestDatabase(creation: { empty?: boolean } = {}): Pr
     wsProxy,
     db: await connect({ maxConnections: 20 }),
     connect,
-    async setDefaultIsolation(level) {
-      // The name is made of hex digits above; the level is one of three literals.
-      await admin.query(
-        level === null
-          ? `ALTER DATABASE ${name} RESET default_transaction_isolation`
-          : `ALTER DATABASE ${name} SET default_transaction_isolation = '${level}'`,
-      );
-      // A login-time setting reaches only sessions that log in after it: the sessions already
-      // open (in `db`'s pool, or PgBouncer's) would carry the old default into the next test.
-      // Behind PgBouncer its servers log in again as they are released; `db` is replaced by a
-      // new pool (the tests' own pools from connect() are theirs to end).
-      if (poolerPort !== null) await reconnectServers(adminUrl, poolerPort, name);
-      const previous = database.db;
-      database.db = await connect({ maxConnections: 20 });
-      await previous.end();
-    },
+    setDefaultIsolation: (level) => setDefault('default_transaction_isolation', level),
+    setDateStyle: (style) => setDefault('DateStyle', style),
     async drop() {
       await Promise.all(pools.map((pool) => pool.end().catch(() => {})));
       await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);

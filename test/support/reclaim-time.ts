@@ -4,7 +4,7 @@ import type { Executor } from '../../functions/cleanup/executor.ts';
  * Time passing, for the reclaimer's tests, without waiting for it. Every rule of the reclaimer
  * that involves time compares a stored instant with the database's clock (a streak's
  * `first_seen_at` against the grace, a scope's last activity, a tombstone's or a delete-in-flight
- * record's deadline, the pairing evidence's age). Moving every such stored instant back by
+ * record's deadline, the pairing evidence's age, how long a stricter setting of record stays). Moving every such stored instant back by
  * `seconds` is, to those rules, the same as the clock moving forward: a test states "a grace
  * later" and runs at once instead of sleeping through it. Sets only; no rule's code is bypassed.
  */
@@ -21,6 +21,7 @@ export async function letTimePass(db: Executor, seconds: number): Promise<void> 
     UPDATE agent_runs
       SET created_at = created_at - ${ago}, updated_at = updated_at - ${ago}, finished_at = finished_at - ${ago};
     UPDATE runtime_cleanup_overrides SET forced_at = forced_at - ${ago};
+    UPDATE runtime_cleanup_settings SET recorded_at = recorded_at - ${ago};
     UPDATE sandbox_runtimes SET delete_in_flight_until = delete_in_flight_until - ${ago}
       WHERE delete_in_flight_until IS NOT NULL;`);
 }

@@ -20,8 +20,14 @@ import { literalsOf } from '../chaos/sql-scan.ts';
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
 const SESSION_STATE: Array<{ what: string; pattern: RegExp }> = [
-  // `SET x = …` / `SET SESSION …` as a statement (not `UPDATE … SET`, not `SET LOCAL`).
-  { what: 'session SET', pattern: /(^|;)\s*SET\s+(?!LOCAL\b)(SESSION\s+)?[\w."]+\s*(=|TO\b)/i },
+  // `SET x = …` / `SET SESSION …` as a statement (not `UPDATE … SET`, not `SET LOCAL`). DateStyle
+  // and TimeZone are the exception, set once per connection (SESSION_SETTINGS, database.ts): they
+  // are parameters PgBouncer tracks per client and sets on each server connection it hands that
+  // client, so neither is lost to the next transaction nor inherited by another client.
+  {
+    what: 'session SET',
+    pattern: /(^|;)\s*SET\s+(?!LOCAL\b)(SESSION\s+)?(?!(DateStyle|TimeZone)\s*(=|TO\b))[\w."]+\s*(=|TO\b)/i,
+  },
   { what: 'RESET', pattern: /(^|;)\s*RESET\b/i },
   { what: 'set_config(…, false): session-wide', pattern: /set_config\s*\([^)]*,\s*false\s*\)/i },
   {
@@ -105,6 +111,8 @@ describe('no session-level state, so every path works behind a transaction poole
       `SET lock_timeout = 5000`,
       `SET SESSION statement_timeout TO '1s'`,
       `BEGIN; SET search_path = x`,
+      `SET DateStyle = 'ISO'; SET search_path = x`,
+      `SET TimeZoneX = 'UTC'`,
       `RESET ALL`,
       `SELECT set_config('lock_timeout', '5s', false)`,
       `SELECT pg_advisory_lock(42)`,
@@ -122,6 +130,7 @@ describe('no session-level state, so every path works behind a transaction poole
       `SELECT pg_try_advisory_xact_lock($1::bigint)`,
       `UPDATE agent_runs SET runtime_cleanup_pending = false WHERE id = $1::text`,
       `SELECT set_config('lock_timeout', '5s', true)`,
+      `SET DateStyle = 'ISO, MDY'; SET TimeZone = 'UTC'`,
     ];
     for (const text of allowed) expect(sessionStateIn('sample', [text]), text).toEqual([]);
   });

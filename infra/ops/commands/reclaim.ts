@@ -3,7 +3,13 @@
  * streaks, grace, guard, bounds and client). Without `--yes` it is `orphans`: nothing is changed.
  */
 import { MetricName } from '../../../functions/adapters/metric-names.ts';
-import { planOrphans, type ReclaimEvent, runReclaim } from '../../../functions/cleanup/reclaim.ts';
+import {
+  planOrphans,
+  type ReclaimEvent,
+  runReclaim,
+  settingsOfRecord,
+  unrecordedSettings,
+} from '../../../functions/cleanup/reclaim.ts';
 import { ReclaimRefusedError } from '../../../functions/cleanup/reclaim-listing.ts';
 import { SandboxProvider } from '../../../functions/cleanup/sandbox-provider.ts';
 import {
@@ -12,6 +18,7 @@ import {
   reportReclaimRun,
 } from '../../../functions/reclaimer/handler.ts';
 import type { Command } from '../command.ts';
+import { NoSettingsOfRecordError } from '../errors.ts';
 import { ExitCode } from '../exit-codes.ts';
 import { plural } from '../format.ts';
 import {
@@ -43,9 +50,17 @@ export const reclaimCommand: Command = {
   summary: 'run the reclaimer now: delete the leaked sandboxes that are due (dry run unless --yes)',
   details:
     'Deletes only what a scheduled run would: leaked on listings at least RECLAIM_GRACE_SECONDS apart, its scope idle\n' +
-    'that long, at most RECLAIM_MAX_PER_RUN, each behind the reclaim guard. Exit 4 when a DELETE failed (try again).',
+    'that long, at most RECLAIM_MAX_PER_RUN, each behind the reclaim guard. Exit 4 when a DELETE failed (try again).\n' +
+    "Applies the deployment's settings of record where they are stricter than this shell's. With --yes it refuses\n" +
+    '(exit 1, NO_SETTINGS_OF_RECORD) where the deployment has recorded none (its reclaimer has not run in this\n' +
+    "database yet), unless --settings-from-environment says to act on this shell's RECLAIM_* settings, which it prints.",
   options: {
     yes: { type: 'boolean', description: 'do it; without this flag nothing is changed (as orphans)' },
+    'settings-from-environment': {
+      type: 'boolean',
+      description:
+        "with --yes where the deployment has recorded no settings: act on this shell's grace and bounds",
+    },
   },
   async run(input, context) {
     const db = await context.database();
@@ -66,6 +81,16 @@ export const reclaimCommand: Command = {
           },
           text: `Dry run: nothing was changed. With --yes, reclaim would delete ${plural(plan.due.length, 'sandbox', 'sandboxes')}.\n${renderOrphans(plan)}`,
         };
+      }
+      // Before anything is listed or recorded: without the deployment's settings of record, the
+      // only grace and bounds are this shell's, and a shell with only DATABASE_URL and
+      // SANDBOX_PROVISIONER_URL set has the defaults, not what the stage configured.
+      const unrecorded = unrecordedSettings(await settingsOfRecord(db, settings));
+      const fromEnvironment = unrecorded.length > 0;
+      if (fromEnvironment && input.options['settings-from-environment'] !== true) {
+        throw new NoSettingsOfRecordError(
+          `this database holds no settings of record for ${unrecorded.join(', ')}: the deployment's reclaimer has not run against it yet, so the only grace and bounds are this shell's (RECLAIM_GRACE_SECONDS=${settings.graceSeconds}, SANDBOX_PROVISIONER_DELETE_TIMEOUT_SECONDS=${settings.provisionerDeleteTimeoutSeconds}), which need not be the stage's. Nothing was listed, recorded or deleted. Let the deployed reclaimer run once, or pass --settings-from-environment to act on this shell's settings`,
+        );
       }
       const provider = new SandboxProvider({
         client,
@@ -103,6 +128,7 @@ export const reclaimCommand: Command = {
           deferred: report.deferred,
           brakeLifted: report.brakeLifted,
           settings: settingsView(report.settings),
+          settingsFromEnvironment: fromEnvironment ? unrecorded : [],
           events: events.map((event) => ({
             kind: event.kind,
             sandboxId: event.sandbox.sandboxId,
@@ -113,6 +139,11 @@ export const reclaimCommand: Command = {
         },
         text: [
           `${report.listed} listed, ${report.leaked.length} leaked: reclaimed ${report.reclaimed}, kept ${report.skipped}, failed ${report.failed}${report.deferred ? `, ${report.deferred} left for the next run` : ''}.`,
+          ...(fromEnvironment
+            ? [
+                `No settings of record for ${unrecorded.join(', ')}: this shell's were used (--settings-from-environment).`,
+              ]
+            : []),
           renderSettings(report.settings),
           ...events.map(eventLine),
         ].join('\n'),

@@ -293,6 +293,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
         state: production,
       },
       episodes,
+      reclaimOn: reclaim !== undefined,
     };
     terminator =
       options.terminateEveryMs === null

@@ -42,6 +42,7 @@ import {
   sendForgedReleases,
 } from './production-faults.ts';
 import type { Rng } from './random.ts';
+import { admitDuringDeleteCarriedOutLater } from './reclaim-faults.ts';
 
 export interface RunContext {
   platform: PlatformSimulator;
@@ -67,6 +68,8 @@ export interface RunContext {
   production: ProductionFaultContext;
   /** Stack-wide database episodes: termination storms, connects that never answer. */
   episodes: DatabaseEpisodes;
+  /** The reclaimer runs beside the protocol (the reclaimer's fault kinds need it). */
+  reclaimOn: boolean;
 }
 
 export interface RunRecord {
@@ -302,6 +305,36 @@ export async function playRun(
     at(atMs, async () => {
       if ((await ctx.episodes.stallConnects(ms, deadlineOf(kind))) > 0) note(kind);
     });
+  }
+  if (plan.repeatableRead) {
+    const { atMs, ms } = plan.repeatableRead;
+    const kind = FaultKind.DB_REPEATABLE_READ_DEFAULT;
+    at(atMs, async () => {
+      if ((await ctx.episodes.repeatableReadDefault(ms, deadlineOf(kind))) > 0) note(kind);
+    });
+  }
+  if (plan.reclaimDeletedLater) {
+    const fault = plan.reclaimDeletedLater;
+    if (!ctx.reclaimOn) {
+      if (isForced(fault.kind)) errors.push(`${fault.kind} needs the reclaimer (ChaosOptions.reclaim)`);
+    } else if (!scope.retired) {
+      inWindow.push(
+        guard('delete carried out later', async () => {
+          // After the run's cleanup, whenever it is done: waited for as a forced fault is.
+          if (
+            await admitDuringDeleteCarriedOutLater(
+              ctx.production,
+              scope,
+              root,
+              roots,
+              fault,
+              isForced(fault.kind) ? forcedDeadlineMs : windowEndMs + 30_000,
+            )
+          )
+            note(fault.kind);
+        }),
+      );
+    }
   }
   const replays: Array<Promise<unknown>> = [];
   for (const replay of plan.replays) {

@@ -38,6 +38,8 @@ import { ProcessWatch, type WatchedProcess } from './process-watch.ts';
 import { newProductionFaultState } from './production-faults.ts';
 import { mixSeed, Rng } from './random.ts';
 import { installReclaimChaos, RECLAIM_CHAOS_ENV, type ReclaimChaosReport } from './reclaim-chaos.ts';
+import { judgeLateRecords } from './reclaim-checks.ts';
+import { newReclaimFaultState } from './reclaim-faults.ts';
 import { Recorders } from './recorders.ts';
 import { assembleResult, type ChaosResult } from './result.ts';
 import type { RunContext } from './run-driver.ts';
@@ -135,6 +137,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
   let episodes: DatabaseEpisodes | undefined;
   const processes = new ProcessWatch();
   const production = newProductionFaultState();
+  const reclaimFaults = newReclaimFaultState();
   const config = loadConfig(env);
   try {
     // The stack reaches the database through a proxy that can stop answering new connects. It sits
@@ -294,6 +297,9 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       },
       episodes,
       reclaimOn: reclaim !== undefined,
+      reclaimFaults,
+      adminDb: admin,
+      stackApplicationName: STACK_APPLICATION_NAME,
     };
     terminator =
       options.terminateEveryMs === null
@@ -379,6 +385,14 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
           violations: processes.violations,
         },
         { invariant: Invariant.CONNECT_ABANDONED, ...episodes.judgeStalledConnects(performance.now()) },
+        ...(reclaim
+          ? [
+              {
+                invariant: Invariant.RECLAIMED_GENERATION_REFUSED,
+                ...judgeLateRecords(reclaimFaults.lateRecords),
+              },
+            ]
+          : []),
       ],
     });
     return assembleResult({

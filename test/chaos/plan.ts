@@ -89,6 +89,12 @@ export const FaultKind = {
   RECLAIM_DELETE_202_CARRIED_OUT_LATER: 'reclaimer.delete_answered_202_carried_out_later',
   /** The same, answered 200 `{"status":"deleting"}`. */
   RECLAIM_DELETE_200_DELETING_CARRIED_OUT_LATER: 'reclaimer.delete_answered_200_deleting_carried_out_later',
+  /**
+   * The statement after a reclaim DELETE (the one ending the attempt's records) fails: its backend
+   * terminated while it waits for a row held for the purpose; then the reclaimed (sandbox,
+   * generation) is recorded, which the tombstone must refuse (reclaimer bug 3, invariant K).
+   */
+  RECLAIM_STATEMENT_AFTER_DELETE_FAILS: 'reclaimer.statement_after_delete_fails',
   // Input
   HOSTILE_MESSAGE: 'input.hostile_message',
   /**
@@ -173,6 +179,8 @@ export interface RunPlan {
   repeatableRead: { atMs: number; ms: number } | null;
   /** A leak of the scope whose reclaim DELETE is answered `status` and carried out later. */
   reclaimDeletedLater: { kind: FaultKind; status: 202 | 200; deleteAfterMs: number } | null;
+  /** A leak whose reclaim DELETE's next statement fails, then a late record of it. */
+  statementAfterReclaimDeleteFails: boolean;
 }
 
 /** How often each family of faults is drawn; the CLI's profile and the fixed-seed test's differ. */
@@ -287,6 +295,7 @@ export const RECLAIMER_FAULT_KINDS: readonly FaultKind[] = [
   FaultKind.RECLAIM_DELETE_202_CARRIED_OUT_LATER,
   FaultKind.RECLAIM_DELETE_200_DELETING_CARRIED_OUT_LATER,
   FaultKind.DB_REPEATABLE_READ_DEFAULT,
+  FaultKind.RECLAIM_STATEMENT_AFTER_DELETE_FAILS,
 ];
 
 /**
@@ -556,5 +565,9 @@ export function drawPlan(
       ? { atMs: at(), ms: rng.int(2_000, 4_000) }
       : null,
     reclaimDeletedLater: drawDeletedLater(rng, mix, timeouts, forced, focused),
+    statementAfterReclaimDeleteFails: has(
+      FaultKind.RECLAIM_STATEMENT_AFTER_DELETE_FAILS,
+      mix.reclaimFault / 2,
+    ),
   };
 }

@@ -12,12 +12,23 @@
  *   judges that delete at the moment it is carried out (reclaim-chaos.ts): reclaimer bug 2 ended
  *   the quarantine at the answer, and this run lost its container.
  */
+import { randomUUID } from 'node:crypto';
+import type { Database } from '../../functions/adapters/database.ts';
 import type { AdmittedRun } from '../../infra/local/platform.ts';
 import type { AuditEntry } from '../../infra/local/provisioner/types.ts';
 import { preciseNow } from './clock.ts';
 import type { RunPlan } from './plan.ts';
 import type { ScopeState } from './platform-ops.ts';
 import type { ProductionFaultContext } from './production-faults.ts';
+
+/** What the reclaimer's faults leave for the final checks (reclaim-checks.ts). */
+export interface ReclaimFaultState {
+  lateRecords: LateRecordAttempt[];
+}
+
+export function newReclaimFaultState(): ReclaimFaultState {
+  return { lateRecords: [] };
+}
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
 const left = (deadlineMs: number) => Math.max(0, deadlineMs - preciseNow());
@@ -125,6 +136,145 @@ async function leakOnce(
       admittedWhilePending: deletedAt === undefined ? undefined : attemptedAtMs < deletedAt,
       admittedRunId: next?.runId,
       carriedOut: deletedAt !== undefined,
+    };
+  } finally {
+    provisioner.clearFaults(sandboxId);
+  }
+}
+
+// --- the statement after a reclaim DELETE fails ------------------------------------------------
+
+/** A record of a reclaimed (sandbox, generation) tried after the reclaim DELETE deleted it. */
+export interface LateRecordAttempt {
+  sandboxId: string;
+  generation: number;
+  /** How the statement that ends the reclaim attempt failed: 'terminated' or 'lock_timeout'. */
+  settleFailedBy: string;
+  /** From the DELETE's answer to the record attempt. */
+  msAfterDelete: number;
+  /** The record's refusal (SQLSTATE and message), or null when it was accepted. */
+  refusal: { code: string | undefined; message: string } | null;
+}
+
+/** The stack's backend running the statement that ends a reclaim attempt, if one is at it. */
+const END_RECLAIM_BACKEND = `
+  SELECT pid FROM pg_stat_activity
+  WHERE datname = current_database() AND application_name = $1::text AND state = 'active'
+    AND query LIKE '%runtime_cleanup_end_reclaim(%' AND pid <> pg_backend_pid()
+  LIMIT 1`;
+const TERMINATE = 'SELECT pg_terminate_backend($1::int) AS terminated';
+/** The row the end statement must write: the sighting the guard stamped with its in-flight record. */
+const LOCK_SIGHTING = 'SELECT 1 FROM runtime_reclaim_sightings WHERE sandbox_id = $1::text FOR UPDATE';
+const SIGHTING_IN_FLIGHT = `
+  SELECT reclaim_in_flight_token IS NOT NULL AS in_flight FROM runtime_reclaim_sightings WHERE sandbox_id = $1::text`;
+
+export interface SettleFailureDeps {
+  ctx: ProductionFaultContext;
+  /** Holds the sighting's row lock for the length of the fault. */
+  lockerDb: Database;
+  /** Looks for the stack's backend and terminates it. */
+  adminDb: Database;
+  stackApplicationName: string;
+  lockTimeoutMs: number;
+}
+
+/**
+ * A leak injected for the fault; its reclaim DELETE is carried out (a confirmation), and the
+ * statement after it — the one that ends the attempt's records — fails: the sighting's row is held
+ * so the statement waits, and its backend is terminated while it does (or, missed, it fails on its
+ * lock timeout). Then the platform records the reclaimed (sandbox, generation), as one handed the
+ * deleted container by a POST during the DELETE would: the tombstone laid before the DELETE must
+ * refuse it (invariant K). Returns the attempt, or undefined if the moment never came.
+ */
+export async function failStatementAfterReclaimDelete(
+  deps: SettleFailureDeps,
+  scope: ScopeState,
+  deadlineMs: number,
+): Promise<LateRecordAttempt | undefined> {
+  const { ctx, lockerDb, adminDb } = deps;
+  const { provisioner } = ctx;
+  const sandboxId = `sbx-leaked-late-${randomUUID().slice(0, 12)}`;
+  // Held a moment at the provisioner, so the sighting's row is locked before the answer.
+  provisioner.setFault(sandboxId, { latencyMs: 300, times: 1 });
+  try {
+    const response = await fetch(new URL('/api/sandboxes', ctx.provisionerUrl), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ sandbox_id: sandboxId, thread_id: scope.ref.threadId, user_id: scope.ref.uid }),
+      signal: AbortSignal.timeout(5_000),
+    });
+    await response.body?.cancel();
+    if (response.status !== 200 && response.status !== 201) {
+      throw new Error(`the provisioner refused the leak: ${response.status}`);
+    }
+    let arrived: AuditEntry;
+    try {
+      arrived = await provisioner.waitForRequest(
+        (entry) => entry.method === 'DELETE' && entry.sandboxId === sandboxId,
+        left(deadlineMs),
+      );
+    } catch {
+      return undefined;
+    }
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let locked!: () => void;
+    const lockHeld = new Promise<void>((resolve) => {
+      locked = resolve;
+    });
+    const holding = lockerDb
+      .withTransaction(async (tx) => {
+        await tx.query(LOCK_SIGHTING, [sandboxId]);
+        locked();
+        await released;
+      })
+      .catch(() => locked());
+    let settleFailedBy: string | undefined;
+    try {
+      await lockHeld;
+      const entryOf = () => provisioner.audit().find((entry) => entry.seq === arrived.seq);
+      while (entryOf()?.outcome === 'pending' && preciseNow() < deadlineMs) await sleep(10);
+      const answeredAtMs = entryOf()?.endedAt ?? preciseNow();
+      // The end statement waits for the row; catch it there (it gives up on its lock timeout).
+      while (settleFailedBy === undefined && preciseNow() < answeredAtMs + deps.lockTimeoutMs + 2_000) {
+        const { rows } = await adminDb.query<{ pid: number }>(END_RECLAIM_BACKEND, [
+          deps.stackApplicationName,
+        ]);
+        if (rows[0]) {
+          const result = await adminDb.query<{ terminated: boolean }>(TERMINATE, [rows[0].pid]);
+          if (result.rows[0]?.terminated) settleFailedBy = 'terminated';
+        } else await sleep(5);
+      }
+    } finally {
+      release();
+      await holding;
+    }
+    const deleted = provisioner.audit().find((entry) => entry.seq === arrived.seq);
+    if (deleted?.deletedGeneration === undefined) return undefined;
+    // Not caught (the statement gave up on its lock first) — it failed all the same, if it left
+    // the guard's in-flight record behind.
+    if (settleFailedBy === undefined) {
+      const { rows } = await adminDb.query<{ in_flight: boolean }>(SIGHTING_IN_FLIGHT, [sandboxId]);
+      if (!rows[0]?.in_flight) return undefined;
+      settleFailedBy = 'lock_timeout';
+    }
+    ctx.scopes.noteSandbox(scope, sandboxId);
+    const generation = deleted.deletedGeneration;
+    const recordedAtMs = preciseNow();
+    let refusal: LateRecordAttempt['refusal'] = null;
+    try {
+      await ctx.platform.recordSandbox(scope.ref, { sandboxId, generation });
+    } catch (error) {
+      refusal = { code: (error as { code?: string }).code, message: (error as Error).message };
+    }
+    return {
+      sandboxId,
+      generation,
+      settleFailedBy,
+      msAfterDelete: Math.round(recordedAtMs - (deleted.deletedAt ?? recordedAtMs)),
+      refusal,
     };
   } finally {
     provisioner.clearFaults(sandboxId);

@@ -42,7 +42,11 @@ import {
   sendForgedReleases,
 } from './production-faults.ts';
 import type { Rng } from './random.ts';
-import { admitDuringDeleteCarriedOutLater } from './reclaim-faults.ts';
+import {
+  admitDuringDeleteCarriedOutLater,
+  failStatementAfterReclaimDelete,
+  type ReclaimFaultState,
+} from './reclaim-faults.ts';
 
 export interface RunContext {
   platform: PlatformSimulator;
@@ -70,6 +74,11 @@ export interface RunContext {
   episodes: DatabaseEpisodes;
   /** The reclaimer runs beside the protocol (the reclaimer's fault kinds need it). */
   reclaimOn: boolean;
+  /** What the reclaimer's fault kinds record for their invariants (reclaim-checks.ts). */
+  reclaimFaults: ReclaimFaultState;
+  /** Sees the stack's backends and terminates them (a reclaimer fault). */
+  adminDb: Database;
+  stackApplicationName: string;
 }
 
 export interface RunRecord {
@@ -332,6 +341,34 @@ export async function playRun(
             )
           )
             note(fault.kind);
+        }),
+      );
+    }
+  }
+  if (plan.statementAfterReclaimDeleteFails) {
+    const kind = FaultKind.RECLAIM_STATEMENT_AFTER_DELETE_FAILS;
+    if (!ctx.reclaimOn) {
+      if (isForced(kind)) errors.push(`${kind} needs the reclaimer (ChaosOptions.reclaim)`);
+    } else {
+      inWindow.push(
+        guard('statement after a reclaim DELETE fails', async () => {
+          const deps = {
+            ctx: ctx.production,
+            lockerDb: ctx.lockerDb,
+            adminDb: ctx.adminDb,
+            stackApplicationName: ctx.stackApplicationName,
+            lockTimeoutMs: ctx.timeouts.databaseLockMs,
+          };
+          // The leak is reclaimed a grace after it is first listed: waited for as a forced fault is.
+          const until = isForced(kind) ? forcedDeadlineMs : windowEndMs + 30_000;
+          do {
+            const attempt = await failStatementAfterReclaimDelete(deps, scope, until);
+            if (attempt) {
+              ctx.reclaimFaults.lateRecords.push(attempt);
+              note(kind);
+              return;
+            }
+          } while (isForced(kind) && preciseNow() < until);
         }),
       );
     }

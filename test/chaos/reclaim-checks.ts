@@ -1,0 +1,32 @@
+/**
+ * The invariants of the reclaimer's fault kinds (reclaim-faults.ts), as pure functions of what the
+ * faults recorded, so that test/harness/chaos-reclaim-checks.test.ts can feed them known-bad
+ * histories:
+ *
+ * - K: a reclaimed (sandbox, generation) cannot be recorded again right after its DELETE, even when
+ *   the statement after the DELETE failed: the tombstone laid before the DELETE refuses it with
+ *   SQLSTATE 55006 (the trigger sandbox_runtimes_refuse_reclaimed). Reclaimer bug 3 laid it only
+ *   after the DELETE, so a failure there left the id recordable.
+ */
+import { Invariant, type Violation } from './invariants.ts';
+import type { LateRecordAttempt } from './reclaim-faults.ts';
+
+/** The refusal of sandbox_runtimes_refuse_reclaimed (object_in_use). */
+export const RECLAIM_REFUSAL_SQLSTATE = '55006';
+
+export function judgeLateRecords(attempts: readonly LateRecordAttempt[]): {
+  violations: Violation[];
+  checked: number;
+} {
+  const violations: Violation[] = [];
+  for (const attempt of attempts) {
+    if (attempt.refusal?.code === RECLAIM_REFUSAL_SQLSTATE) continue;
+    violations.push({
+      invariant: Invariant.RECLAIMED_GENERATION_REFUSED,
+      key: `K:${attempt.sandboxId}#${attempt.generation}`,
+      message: `${attempt.sandboxId} generation ${attempt.generation}, deleted by the reclaimer (the statement after its DELETE ${attempt.settleFailedBy === 'terminated' ? 'terminated' : 'timed out on its lock'}), was ${attempt.refusal === null ? 'recorded again' : `refused with ${attempt.refusal.code ?? 'no SQLSTATE'} (${attempt.refusal.message}), not the tombstone's ${RECLAIM_REFUSAL_SQLSTATE}`} ${attempt.msAfterDelete} ms after the delete`,
+      details: { ...attempt },
+    });
+  }
+  return { violations, checked: attempts.length };
+}

@@ -1,0 +1,43 @@
+/**
+ * The judges of the reclaimer's fault kinds (test/chaos/reclaim-checks.ts), each fed a history that
+ * keeps its property and the same history broken the way the reclaimer's bug broke it: a check
+ * that could not fail would make "0 violations" meaningless.
+ */
+import { describe, expect, it } from 'vitest';
+import { Invariant } from '../chaos/invariants.ts';
+import { judgeLateRecords, RECLAIM_REFUSAL_SQLSTATE } from '../chaos/reclaim-checks.ts';
+import type { LateRecordAttempt } from '../chaos/reclaim-faults.ts';
+
+describe('invariant K: a reclaimed generation is refused a record after its DELETE', () => {
+  const attempt = (refusal: LateRecordAttempt['refusal']): LateRecordAttempt => ({
+    sandboxId: 'sbx-leaked-late-1',
+    generation: 3,
+    settleFailedBy: 'terminated',
+    msAfterDelete: 40,
+    refusal,
+  });
+
+  it("the tombstone's refusal keeps it", () => {
+    const refused = attempt({
+      code: RECLAIM_REFUSAL_SQLSTATE,
+      message: 'sandbox sbx-leaked-late-1 is being reclaimed',
+    });
+    expect(judgeLateRecords([refused])).toEqual({ violations: [], checked: 1 });
+  });
+
+  it('a record accepted after the statement ending the attempt failed (no tombstone: bug 3) is a violation', () => {
+    const { violations, checked } = judgeLateRecords([attempt(null)]);
+    expect(checked).toBe(1);
+    expect(violations).toHaveLength(1);
+    expect(violations[0]).toMatchObject({ invariant: Invariant.RECLAIMED_GENERATION_REFUSED });
+    expect(violations[0]!.message).toMatch(
+      /generation 3, deleted by the reclaimer .* was recorded again 40 ms after/,
+    );
+  });
+
+  it('a refusal for another reason (a lock timeout, say) is not the tombstone: a violation', () => {
+    const { violations } = judgeLateRecords([attempt({ code: '55P03', message: 'lock timeout' })]);
+    expect(violations).toHaveLength(1);
+    expect(violations[0]!.message).toMatch(/refused with 55P03/);
+  });
+});

@@ -38,8 +38,8 @@ import { ProcessWatch, type WatchedProcess } from './process-watch.ts';
 import { newProductionFaultState } from './production-faults.ts';
 import { mixSeed, Rng } from './random.ts';
 import { installReclaimChaos, RECLAIM_CHAOS_ENV, type ReclaimChaosReport } from './reclaim-chaos.ts';
-import { judgeLateRecords } from './reclaim-checks.ts';
-import { newReclaimFaultState } from './reclaim-faults.ts';
+import { judgeLateRecords, judgeQuietFleet } from './reclaim-checks.ts';
+import { newReclaimFaultState, QuietFleet } from './reclaim-faults.ts';
 import { Recorders } from './recorders.ts';
 import { assembleResult, type ChaosResult } from './result.ts';
 import type { RunContext } from './run-driver.ts';
@@ -300,6 +300,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       reclaimFaults,
       adminDb: admin,
       stackApplicationName: STACK_APPLICATION_NAME,
+      quiet: new QuietFleet(),
     };
     terminator =
       options.terminateEveryMs === null
@@ -391,6 +392,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
                 invariant: Invariant.RECLAIMED_GENERATION_REFUSED,
                 ...judgeLateRecords(reclaimFaults.lateRecords),
               },
+              { invariant: Invariant.QUIET_FLEET_RECLAIMED, ...judgeQuietFleet(reclaimFaults.quietWindows) },
             ]
           : []),
       ],
@@ -429,6 +431,14 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
         stalledConnects: proxy.stalledConnects.length,
         forceClears: production.forceClears,
         forgedReleases: production.forged.size,
+        // The reclaimer's faults (issue 21): each late record and its refusal, each quiet window.
+        reclaimLateRecords: reclaimFaults.lateRecords,
+        quietWindows: reclaimFaults.quietWindows.map((window) => ({
+          boundMs: window.boundMs,
+          reclaimedAfterMs: window.leaks.map((leak) =>
+            leak.goneAtMs === undefined ? null : Math.round(leak.goneAtMs - leak.createdAtMs),
+          ),
+        })),
       },
     });
   } finally {

@@ -41,6 +41,7 @@ export const Invariant = {
   RECLAIM_NEVER_OWNED: 'GC-nothing-the-reclaimer-deletes-is-owned-by-an-active-or-fenced-scope',
   // The reclaimer's fault kinds (issue 21): checked by test/chaos/reclaim-checks.ts.
   RECLAIMED_GENERATION_REFUSED: 'K-a-reclaimed-generation-is-refused-a-record-after-its-delete',
+  QUIET_FLEET_RECLAIMED: 'Q-a-quiet-fleets-leaks-are-reclaimed-within-grace-plus-two-intervals',
 } as const;
 export type Invariant = (typeof Invariant)[keyof typeof Invariant];
 

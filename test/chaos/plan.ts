@@ -95,6 +95,11 @@ export const FaultKind = {
    * generation) is recorded, which the tombstone must refuse (reclaimer bug 3, invariant K).
    */
   RECLAIM_STATEMENT_AFTER_DELETE_FAILS: 'reclaimer.statement_after_delete_fails',
+  /**
+   * A quiet night: every run ended, only leaks live, the brakes at the product's defaults, which
+   * refuse such a listing on their own (reclaimer bug 6: never reclaimed); invariant Q.
+   */
+  RECLAIM_QUIET_FLEET: 'reclaimer.quiet_fleet',
   // Input
   HOSTILE_MESSAGE: 'input.hostile_message',
   /**
@@ -181,6 +186,8 @@ export interface RunPlan {
   reclaimDeletedLater: { kind: FaultKind; status: 202 | 200; deleteAfterMs: number } | null;
   /** A leak whose reclaim DELETE's next statement fails, then a late record of it. */
   statementAfterReclaimDeleteFails: boolean;
+  /** A quiet window: the other runs held out, only leaks live (stack-wide: keep it rare). */
+  quietFleet: boolean;
 }
 
 /** How often each family of faults is drawn; the CLI's profile and the fixed-seed test's differ. */
@@ -296,6 +303,7 @@ export const RECLAIMER_FAULT_KINDS: readonly FaultKind[] = [
   FaultKind.RECLAIM_DELETE_200_DELETING_CARRIED_OUT_LATER,
   FaultKind.DB_REPEATABLE_READ_DEFAULT,
   FaultKind.RECLAIM_STATEMENT_AFTER_DELETE_FAILS,
+  FaultKind.RECLAIM_QUIET_FLEET,
 ];
 
 /**
@@ -569,5 +577,7 @@ export function drawPlan(
       FaultKind.RECLAIM_STATEMENT_AFTER_DELETE_FAILS,
       mix.reclaimFault / 2,
     ),
+    // Stack-wide (every other run held out for seconds): rarer still.
+    quietFleet: has(FaultKind.RECLAIM_QUIET_FLEET, mix.reclaimFault / 10),
   };
 }

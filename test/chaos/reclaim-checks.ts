@@ -7,9 +7,12 @@
  *   the statement after the DELETE failed: the tombstone laid before the DELETE refuses it with
  *   SQLSTATE 55006 (the trigger sandbox_runtimes_refuse_reclaimed). Reclaimer bug 3 laid it only
  *   after the DELETE, so a failure there left the id recordable.
+ * - Q: in a quiet window (no run active, only leaks live), every leak is reclaimed within the grace
+ *   plus two reclaim intervals (plus the margin of one reclaim's DELETE), with the brakes at the
+ *   product's defaults: reclaimer bug 6 had them refuse every such listing, forever.
  */
 import { Invariant, type Violation } from './invariants.ts';
-import type { LateRecordAttempt } from './reclaim-faults.ts';
+import type { LateRecordAttempt, QuietWindow } from './reclaim-faults.ts';
 
 /** The refusal of sandbox_runtimes_refuse_reclaimed (object_in_use). */
 export const RECLAIM_REFUSAL_SQLSTATE = '55006';
@@ -29,4 +32,26 @@ export function judgeLateRecords(attempts: readonly LateRecordAttempt[]): {
     });
   }
   return { violations, checked: attempts.length };
+}
+
+export function judgeQuietFleet(windows: readonly QuietWindow[]): {
+  violations: Violation[];
+  checked: number;
+} {
+  const violations: Violation[] = [];
+  let checked = 0;
+  for (const window of windows) {
+    for (const leak of window.leaks) {
+      checked += 1;
+      const tookMs = leak.goneAtMs === undefined ? undefined : leak.goneAtMs - leak.createdAtMs;
+      if (tookMs !== undefined && tookMs <= window.boundMs) continue;
+      violations.push({
+        invariant: Invariant.QUIET_FLEET_RECLAIMED,
+        key: `Q:${leak.sandboxId}`,
+        message: `${leak.sandboxId}, leaked while no run was active and only leaks were live, was ${tookMs === undefined ? 'never reclaimed' : `reclaimed only after ${Math.round(tookMs)} ms`} (bound: grace + two intervals + margin = ${window.boundMs} ms)`,
+        details: { ...leak, boundMs: window.boundMs, tookMs },
+      });
+    }
+  }
+  return { violations, checked };
 }

@@ -24,10 +24,11 @@ import type { ProductionFaultContext } from './production-faults.ts';
 /** What the reclaimer's faults leave for the final checks (reclaim-checks.ts). */
 export interface ReclaimFaultState {
   lateRecords: LateRecordAttempt[];
+  quietWindows: QuietWindow[];
 }
 
 export function newReclaimFaultState(): ReclaimFaultState {
-  return { lateRecords: [] };
+  return { lateRecords: [], quietWindows: [] };
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
@@ -279,4 +280,110 @@ export async function failStatementAfterReclaimDelete(
   } finally {
     provisioner.clearFaults(sandboxId);
   }
+}
+
+// --- a quiet fleet ------------------------------------------------------------------------------
+
+/** One leak of a quiet window: created when no run was active, gone (reclaimed) when seen gone. */
+export interface QuietLeak {
+  sandboxId: string;
+  createdAtMs: number;
+  goneAtMs: number | undefined;
+}
+
+/** A window in which no run was active and only leaks were live (reclaim-checks.ts, invariant Q). */
+export interface QuietWindow {
+  startedAtMs: number;
+  leaks: QuietLeak[];
+  /** grace + two intervals + the margin: by when each leak must be gone. */
+  boundMs: number;
+}
+
+const ACTIVE_RUNS =
+  'SELECT count(*)::int AS n FROM agent_runs WHERE runtime_cleanup_status_is_active(status)';
+
+/**
+ * Holds every other run out of the stack for a while: runs enter and leave (run-workers.ts), and a
+ * quiet window waits until it is the only run left, keeps new ones waiting, and lets them go after.
+ */
+export class QuietFleet {
+  #active = 0;
+  #closed: Promise<void> | undefined;
+
+  async enter(): Promise<void> {
+    while (this.#closed) await this.#closed;
+    this.#active += 1;
+  }
+
+  leave(): void {
+    this.#active -= 1;
+  }
+
+  /**
+   * Runs `work` once every other run has left (up to `deadlineMs`), with new runs held at the
+   * door; undefined if another window is under way or the others did not leave in time.
+   */
+  async alone<T>(work: () => Promise<T>, deadlineMs: number): Promise<T | undefined> {
+    if (this.#closed) return undefined;
+    let open!: () => void;
+    this.#closed = new Promise((resolve) => {
+      open = resolve;
+    });
+    try {
+      while (this.#active > 1 && preciseNow() < deadlineMs) await sleep(50);
+      if (this.#active > 1) return undefined;
+      return await work();
+    } finally {
+      this.#closed = undefined;
+      open();
+    }
+  }
+}
+
+/**
+ * A quiet night: every other run ended, no run active in the database, and then only leaks are
+ * live — a few created now beside whatever the leak injection adds. The reclaimer runs with the
+ * product's brakes (RECLAIM_CHAOS_ENV leaves RECLAIM_MAX_SHARE_PERCENT at its default), which
+ * refuse such a listing on their own (no listed sandbox is recorded anywhere); the pairing evidence
+ * of the busy hours must lift them. Each leak is watched until it is gone or long past its bound.
+ */
+export async function quietFleet(
+  ctx: ProductionFaultContext & { adminDb: Database; quiet: QuietFleet },
+  reclaim: { graceSeconds: number; intervalSeconds: number; marginMs: number },
+  deadlineMs: number,
+): Promise<QuietWindow | undefined> {
+  return ctx.quiet.alone(async () => {
+    // The database agrees: no active run (the runs that left ended theirs).
+    while ((await ctx.adminDb.query<{ n: number }>(ACTIVE_RUNS)).rows[0]!.n > 0) {
+      if (preciseNow() >= deadlineMs) return undefined;
+      await sleep(100);
+    }
+    const boundMs = (reclaim.graceSeconds + 2 * reclaim.intervalSeconds) * 1000 + reclaim.marginMs;
+    const window: QuietWindow = { startedAtMs: preciseNow(), leaks: [], boundMs };
+    for (let i = 0; i < 3; i += 1) {
+      const sandboxId = `sbx-quiet-${randomUUID().slice(0, 12)}`;
+      const response = await fetch(new URL('/api/sandboxes', ctx.provisionerUrl), {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ sandbox_id: sandboxId, thread_id: 'crashed-before-record', user_id: 'night' }),
+        signal: AbortSignal.timeout(5_000),
+      });
+      await response.body?.cancel();
+      if (response.status !== 200 && response.status !== 201) {
+        throw new Error(`the provisioner refused a quiet-night leak: ${response.status}`);
+      }
+      window.leaks.push({ sandboxId, createdAtMs: preciseNow(), goneAtMs: undefined });
+    }
+    // Watched past the bound (so a late reclaim is measured, not just missed), the runs held meanwhile.
+    const watchUntil = preciseNow() + boundMs + 5_000;
+    while (window.leaks.some((leak) => leak.goneAtMs === undefined) && preciseNow() < watchUntil) {
+      await sleep(50);
+      for (const leak of window.leaks) {
+        if (leak.goneAtMs === undefined && ctx.provisioner.sandbox(leak.sandboxId) === undefined) {
+          leak.goneAtMs = preciseNow();
+        }
+      }
+    }
+    return window;
+  }, deadlineMs);
 }

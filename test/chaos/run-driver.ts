@@ -42,9 +42,12 @@ import {
   sendForgedReleases,
 } from './production-faults.ts';
 import type { Rng } from './random.ts';
+import { RECLAIM_CHAOS_ENV } from './reclaim-chaos.ts';
 import {
   admitDuringDeleteCarriedOutLater,
   failStatementAfterReclaimDelete,
+  type QuietFleet,
+  quietFleet,
   type ReclaimFaultState,
 } from './reclaim-faults.ts';
 
@@ -79,6 +82,8 @@ export interface RunContext {
   /** Sees the stack's backends and terminates them (a reclaimer fault). */
   adminDb: Database;
   stackApplicationName: string;
+  /** Holds the other runs out for a quiet window. */
+  quiet: QuietFleet;
 }
 
 export interface RunRecord {
@@ -368,6 +373,39 @@ export async function playRun(
               note(kind);
               return;
             }
+          } while (isForced(kind) && preciseNow() < until);
+        }),
+      );
+    }
+  }
+  if (plan.quietFleet) {
+    const kind = FaultKind.RECLAIM_QUIET_FLEET;
+    if (!ctx.reclaimOn) {
+      if (isForced(kind)) errors.push(`${kind} needs the reclaimer (ChaosOptions.reclaim)`);
+    } else {
+      inWindow.push(
+        guard('quiet fleet', async () => {
+          // Quiet means this run's own cleanup is over too.
+          const until = isForced(kind) ? forcedDeadlineMs : windowEndMs + 30_000;
+          if (!(await ctx.fences.waitCleared([root.runId], Math.max(0, until - preciseNow())))) return;
+          const reclaim = {
+            graceSeconds: Number(RECLAIM_CHAOS_ENV.RECLAIM_GRACE_SECONDS),
+            intervalSeconds: Number(RECLAIM_CHAOS_ENV.RECLAIM_INTERVAL_SECONDS),
+            // One reclaim's DELETE bound: the listing that finds a leak due still has to delete it.
+            marginMs: ctx.timeouts.runtimeCleanupMs,
+          };
+          do {
+            const window = await quietFleet(
+              { ...ctx.production, adminDb: ctx.adminDb, quiet: ctx.quiet },
+              reclaim,
+              until,
+            );
+            if (window) {
+              ctx.reclaimFaults.quietWindows.push(window);
+              note(kind);
+              return;
+            }
+            await sleep(200);
           } while (isForced(kind) && preciseNow() < until);
         }),
       );

@@ -5,8 +5,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { Invariant } from '../chaos/invariants.ts';
-import { judgeLateRecords, RECLAIM_REFUSAL_SQLSTATE } from '../chaos/reclaim-checks.ts';
-import type { LateRecordAttempt } from '../chaos/reclaim-faults.ts';
+import { judgeLateRecords, judgeQuietFleet, RECLAIM_REFUSAL_SQLSTATE } from '../chaos/reclaim-checks.ts';
+import type { LateRecordAttempt, QuietWindow } from '../chaos/reclaim-faults.ts';
 
 describe('invariant K: a reclaimed generation is refused a record after its DELETE', () => {
   const attempt = (refusal: LateRecordAttempt['refusal']): LateRecordAttempt => ({
@@ -39,5 +39,36 @@ describe('invariant K: a reclaimed generation is refused a record after its DELE
     const { violations } = judgeLateRecords([attempt({ code: '55P03', message: 'lock timeout' })]);
     expect(violations).toHaveLength(1);
     expect(violations[0]!.message).toMatch(/refused with 55P03/);
+  });
+});
+
+describe('invariant Q: a quiet fleet is reclaimed within grace + two intervals', () => {
+  const window = (goneAfterMs: Array<number | undefined>): QuietWindow => ({
+    startedAtMs: 1_000,
+    boundMs: 9_000,
+    leaks: goneAfterMs.map((after, index) => ({
+      sandboxId: `sbx-quiet-${index}`,
+      createdAtMs: 1_000,
+      goneAtMs: after === undefined ? undefined : 1_000 + after,
+    })),
+  });
+
+  it('every leak gone within the bound keeps it', () => {
+    expect(judgeQuietFleet([window([4_100, 6_000, 9_000])])).toEqual({ violations: [], checked: 3 });
+  });
+
+  it('brakes that refuse every quiet listing (bug 6: never reclaimed) are a violation per leak', () => {
+    const { violations, checked } = judgeQuietFleet([window([undefined, undefined, 4_000])]);
+    expect(checked).toBe(3);
+    expect(violations.map((violation) => violation.key)).toEqual(['Q:sbx-quiet-0', 'Q:sbx-quiet-1']);
+    expect(violations[0]).toMatchObject({ invariant: Invariant.QUIET_FLEET_RECLAIMED });
+    expect(violations[0]!.message).toMatch(
+      /never reclaimed \(bound: grace \+ two intervals \+ margin = 9000 ms\)/,
+    );
+  });
+
+  it('a leak reclaimed only after the bound is a violation too', () => {
+    const { violations } = judgeQuietFleet([window([9_001])]);
+    expect(violations[0]!.message).toMatch(/reclaimed only after 9001 ms/);
   });
 });

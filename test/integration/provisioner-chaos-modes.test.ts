@@ -6,6 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import {
+  call,
   createSandbox,
   deleteSandbox,
   eventually,
@@ -59,6 +60,16 @@ describe('the provisioner modes the chaos suite uses', () => {
     await createSandbox('platform-1');
     provisioner.setSandboxMode('platform-1', undefined);
     expect((await deleteSandbox('platform-1', 1)).status).toBe(409);
+  });
+
+  it('a sandbox in platform mode is listed without its generation; the others keep theirs', async () => {
+    await createSandbox('platform-2');
+    await createSandbox('contract-2');
+    provisioner.setSandboxMode('platform-2', 'platform');
+    const listed = (await call('GET', '/api/sandboxes')).body.sandboxes as Array<Record<string, unknown>>;
+    const byId = new Map(listed.map((entry) => [entry.sandbox_id, entry]));
+    expect(byId.get('platform-2')).not.toHaveProperty('generation');
+    expect(byId.get('contract-2')).toMatchObject({ generation: 1 });
   });
 
   it.each([

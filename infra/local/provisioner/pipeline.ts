@@ -52,7 +52,7 @@ export interface PipelineDependencies {
   readonly urlOf: SandboxUrlOf;
   readonly mode: ProvisionerMode;
   /**
-   * The mode one sandbox's DELETE is served in: the provisioner's own, unless a test put that
+   * The mode one sandbox's DELETE and listing entry are served in: the provisioner's own, unless a test put that
    * sandbox in the other (the chaos suite serves one scope as the platform's provisioner would).
    */
   readonly modeOf?: (sandboxId: string) => ProvisionerMode;
@@ -217,7 +217,7 @@ export function createApiPipeline(deps: PipelineDependencies) {
       case 'get-sandbox':
         return getSandbox(registry, route.sandboxId, urlOf);
       case 'list-live-sandboxes':
-        return listSandboxes(registry, urlOf, mode);
+        return listSandboxes(registry, urlOf, modeOf);
       case 'delete-sandbox':
         return deleteSandbox(registry, route.sandboxId, route.generation, modeOf(route.sandboxId));
       default:

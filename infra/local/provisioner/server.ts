@@ -65,9 +65,10 @@ export interface LocalProvisioner {
   readonly rootDir: string;
   readonly mode: ProvisionerMode;
   /**
-   * Serves the DELETEs of one sandbox id in another mode than the provisioner's (undefined goes
-   * back to the provisioner's own): the chaos suite puts one scope behind the platform's
-   * generation-blind DELETE while the rest keeps the contract's.
+   * Serves the DELETEs and the listing entry of one sandbox id in another mode than the
+   * provisioner's (undefined goes back to the provisioner's own): the chaos suite puts one scope
+   * behind the platform's generation-blind DELETE and generation-less listing while the rest keeps
+   * the contract's.
    */
   setSandboxMode(sandboxId: string, mode: ProvisionerMode | undefined): void;
   /** Adds a fault for a sandbox id, or for every request with `'*'`. */

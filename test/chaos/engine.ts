@@ -38,7 +38,7 @@ import { ProcessWatch, type WatchedProcess } from './process-watch.ts';
 import { newProductionFaultState } from './production-faults.ts';
 import { mixSeed, Rng } from './random.ts';
 import { installReclaimChaos, RECLAIM_CHAOS_ENV, type ReclaimChaosReport } from './reclaim-chaos.ts';
-import { judgeLateRecords, judgeQuietFleet } from './reclaim-checks.ts';
+import { judgeLateRecords, judgeQuietFleet, judgeReusedIds } from './reclaim-checks.ts';
 import { newReclaimFaultState, QuietFleet } from './reclaim-faults.ts';
 import { Recorders } from './recorders.ts';
 import { assembleResult, type ChaosResult } from './result.ts';
@@ -393,6 +393,10 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
                 ...judgeLateRecords(reclaimFaults.lateRecords),
               },
               { invariant: Invariant.QUIET_FLEET_RECLAIMED, ...judgeQuietFleet(reclaimFaults.quietWindows) },
+              {
+                invariant: Invariant.DETERMINISTIC_ID_RECORDABLE_AFTER_RECLAIM,
+                ...judgeReusedIds(reclaimFaults.reusedIds),
+              },
             ]
           : []),
       ],
@@ -433,6 +437,14 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
         forgedReleases: production.forged.size,
         // The reclaimer's faults (issue 21): each late record and its refusal, each quiet window.
         reclaimLateRecords: reclaimFaults.lateRecords,
+        reusedIds: reclaimFaults.reusedIds.map((attempt) => ({
+          refused: attempt.refused,
+          boundMs: attempt.boundMs,
+          recordedAfterMs:
+            attempt.acceptedAtMs === undefined
+              ? null
+              : Math.round(attempt.acceptedAtMs - attempt.deletedAtMs),
+        })),
         quietWindows: reclaimFaults.quietWindows.map((window) => ({
           boundMs: window.boundMs,
           reclaimedAfterMs: window.leaks.map((leak) =>

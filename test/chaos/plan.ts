@@ -100,6 +100,12 @@ export const FaultKind = {
    * refuse such a listing on their own (reclaimer bug 6: never reclaimed); invariant Q.
    */
   RECLAIM_QUIET_FLEET: 'reclaimer.quiet_fleet',
+  /**
+   * A deterministic id (derived from the scope, listed without a generation) reclaimed, then
+   * recorded for the conversation's next container: accepted within the delete window plus margin,
+   * not a grace later (reclaimer bug 7); invariant N.
+   */
+  RECLAIM_DETERMINISTIC_ID_REUSED: 'reclaimer.deterministic_id_reused_after_reclaim',
   // Input
   HOSTILE_MESSAGE: 'input.hostile_message',
   /**
@@ -188,6 +194,8 @@ export interface RunPlan {
   statementAfterReclaimDeleteFails: boolean;
   /** A quiet window: the other runs held out, only leaks live (stack-wide: keep it rare). */
   quietFleet: boolean;
+  /** The scope's id reclaimed as a deterministic one, then recorded for its next container. */
+  deterministicIdReused: boolean;
 }
 
 /** How often each family of faults is drawn; the CLI's profile and the fixed-seed test's differ. */
@@ -304,6 +312,7 @@ export const RECLAIMER_FAULT_KINDS: readonly FaultKind[] = [
   FaultKind.DB_REPEATABLE_READ_DEFAULT,
   FaultKind.RECLAIM_STATEMENT_AFTER_DELETE_FAILS,
   FaultKind.RECLAIM_QUIET_FLEET,
+  FaultKind.RECLAIM_DETERMINISTIC_ID_REUSED,
 ];
 
 /**
@@ -579,5 +588,6 @@ export function drawPlan(
     ),
     // Stack-wide (every other run held out for seconds): rarer still.
     quietFleet: has(FaultKind.RECLAIM_QUIET_FLEET, mix.reclaimFault / 10),
+    deterministicIdReused: has(FaultKind.RECLAIM_DETERMINISTIC_ID_REUSED, mix.reclaimFault / 2),
   };
 }

@@ -10,9 +10,12 @@
  * - Q: in a quiet window (no run active, only leaks live), every leak is reclaimed within the grace
  *   plus two reclaim intervals (plus the margin of one reclaim's DELETE), with the brakes at the
  *   product's defaults: reclaimer bug 6 had them refuse every such listing, forever.
+ * - N: a deterministic id (no generation from the provisioner) reclaimed, the conversation's next
+ *   record of it is accepted within the delete window plus margin (the guard's hold) of the
+ *   DELETE, never refused for a whole grace: reclaimer bug 7 locked the conversation out for it.
  */
 import { Invariant, type Violation } from './invariants.ts';
-import type { LateRecordAttempt, QuietWindow } from './reclaim-faults.ts';
+import type { LateRecordAttempt, QuietWindow, ReusedIdAttempt } from './reclaim-faults.ts';
 
 /** The refusal of sandbox_runtimes_refuse_reclaimed (object_in_use). */
 export const RECLAIM_REFUSAL_SQLSTATE = '55006';
@@ -54,4 +57,23 @@ export function judgeQuietFleet(windows: readonly QuietWindow[]): {
     }
   }
   return { violations, checked };
+}
+
+export function judgeReusedIds(attempts: readonly ReusedIdAttempt[]): {
+  violations: Violation[];
+  checked: number;
+} {
+  const violations: Violation[] = [];
+  for (const attempt of attempts) {
+    const tookMs =
+      attempt.acceptedAtMs === undefined ? undefined : attempt.acceptedAtMs - attempt.deletedAtMs;
+    if (tookMs !== undefined && tookMs <= attempt.boundMs) continue;
+    violations.push({
+      invariant: Invariant.DETERMINISTIC_ID_RECORDABLE_AFTER_RECLAIM,
+      key: `N:${attempt.sandboxId}#${Math.round(attempt.deletedAtMs)}`,
+      message: `${attempt.sandboxId}, a deterministic id the reclaimer deleted, ${tookMs === undefined ? 'was never recorded again' : `was recorded again only ${Math.round(tookMs)} ms after the DELETE`} (${attempt.refused} refusal(s); bound: the delete window plus margin, ${attempt.boundMs} ms; the grace is ${attempt.graceMs} ms)`,
+      details: { ...attempt, tookMs },
+    });
+  }
+  return { violations, checked: attempts.length };
 }

@@ -15,7 +15,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Database } from '../../functions/adapters/database.ts';
 import type { AdmittedRun } from '../../infra/local/platform.ts';
-import type { AuditEntry } from '../../infra/local/provisioner/types.ts';
+import { type AuditEntry, PROVISIONER_MODE } from '../../infra/local/provisioner/types.ts';
 import { preciseNow } from './clock.ts';
 import type { RunPlan } from './plan.ts';
 import type { ScopeState } from './platform-ops.ts';
@@ -25,10 +25,11 @@ import type { ProductionFaultContext } from './production-faults.ts';
 export interface ReclaimFaultState {
   lateRecords: LateRecordAttempt[];
   quietWindows: QuietWindow[];
+  reusedIds: ReusedIdAttempt[];
 }
 
 export function newReclaimFaultState(): ReclaimFaultState {
-  return { lateRecords: [], quietWindows: [] };
+  return { lateRecords: [], quietWindows: [], reusedIds: [] };
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
@@ -386,4 +387,129 @@ export async function quietFleet(
     }
     return window;
   }, deadlineMs);
+}
+
+// --- a deterministic id reused after a reclaim -------------------------------------------------
+
+/** The conversation's next container after its deterministic id was reclaimed (invariant N). */
+export interface ReusedIdAttempt {
+  sandboxId: string;
+  /** When the reclaim DELETE deleted the container (the provisioner's clock, preciseNow). */
+  deletedAtMs: number;
+  /** When the record of the next container was accepted, or undefined if never by the deadline. */
+  acceptedAtMs: number | undefined;
+  /** Records refused before (the reclaim's refusal while its DELETE may still act). */
+  refused: number;
+  /** The delete window plus margin (the reclaim guard's hold): by when the record must be accepted. */
+  boundMs: number;
+  /** The reclaimer's grace, for the report: a lockout that long is reclaimer bug 7. */
+  graceMs: number;
+}
+
+const SCOPE_ROW = `
+  SELECT generation::int AS generation FROM sandbox_runtimes WHERE uid = $1::text AND runtime_scope_id = $2::text`;
+
+/**
+ * After the run's cleanup: its scope's id (derived from the scope, as a platform derives it from the
+ * conversation) served as the platform's provisioner serves it — no generation in the listing, a
+ * DELETE that ignores it — and a container created under it again and never recorded (a crashed
+ * admission). Once the reclaimer deleted it, the conversation's next run records the id with the
+ * generation the platform counts itself (docs/integration.md, step 3), retrying on 55006, until
+ * accepted; then it is admitted with that sandbox, works, and ends (its cleanup deletes it).
+ *
+ * The record is tried before its POST: with the chaos grace (2 s) shorter than the delete window,
+ * a container POSTed first and left waiting would itself be reclaimed and the wait start again
+ * (in production the grace is hours). The refusal depends on the id and the time only.
+ */
+export async function reuseDeterministicIdAfterReclaim(
+  ctx: ProductionFaultContext,
+  scope: ScopeState,
+  root: AdmittedRun,
+  roots: AdmittedRun[],
+  bounds: { holdMs: number; graceMs: number; retryMs: number; slackMs: number },
+  deadlineMs: number,
+): Promise<ReusedIdAttempt | undefined> {
+  const { provisioner, platform } = ctx;
+  const sandboxId = root.sandboxId;
+  if (!(await ctx.fences.waitCleared([root.runId], left(deadlineMs)))) return undefined;
+  if (provisioner.sandbox(sandboxId) !== undefined) return undefined;
+  provisioner.setSandboxMode(sandboxId, PROVISIONER_MODE.platform);
+  try {
+    const lastSeq = Math.max(0, ...provisioner.audit().map((entry) => entry.seq));
+    const response = await fetch(new URL('/api/sandboxes', ctx.provisionerUrl), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ sandbox_id: sandboxId, thread_id: scope.ref.threadId, user_id: scope.ref.uid }),
+      signal: AbortSignal.timeout(5_000),
+    });
+    await response.body?.cancel();
+    if (response.status !== 200 && response.status !== 201) return undefined;
+    // The reclaimer's DELETE (nothing else deletes it: no run, no fence), carried out.
+    const deletedBy = () =>
+      provisioner
+        .audit()
+        .find(
+          (entry) =>
+            entry.seq > lastSeq &&
+            entry.method === 'DELETE' &&
+            entry.sandboxId === sandboxId &&
+            entry.deletedAt !== undefined,
+        );
+    while (deletedBy() === undefined && preciseNow() < deadlineMs) await sleep(50);
+    const deleted = deletedBy();
+    if (deleted?.deletedAt === undefined) return undefined;
+    const attempt: ReusedIdAttempt = {
+      sandboxId,
+      deletedAtMs: deleted.deletedAt,
+      acceptedAtMs: undefined,
+      refused: 0,
+      boundMs: bounds.holdMs + bounds.retryMs + bounds.slackMs,
+      graceMs: bounds.graceMs,
+    };
+    const current = (
+      await ctx.operatorDb.query<{ generation: number }>(SCOPE_ROW, [scope.ref.uid, scope.ref.runtimeScopeId])
+    ).rows[0];
+    const generation = (current?.generation ?? 0) + 1;
+    // Tried past the bound, so a longer lockout is measured, not only missed.
+    const giveUpAt = Math.min(deadlineMs, deleted.deletedAt + attempt.boundMs + bounds.graceMs + 5_000);
+    while (preciseNow() < giveUpAt) {
+      try {
+        await platform.recordSandbox(scope.ref, { sandboxId, generation });
+        attempt.acceptedAtMs = preciseNow();
+        break;
+      } catch (error) {
+        if ((error as { code?: string }).code !== '55006') throw error;
+        attempt.refused += 1;
+        await sleep(bounds.retryMs);
+      }
+    }
+    if (attempt.acceptedAtMs !== undefined) {
+      // The conversation's run: the container POSTed, then recorded as that POST answered it (the
+      // generation the local provisioner counts, which its release DELETE then names), as
+      // docs/integration.md asks after a 55006.
+      const created = await fetch(new URL('/api/sandboxes', ctx.provisionerUrl), {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          sandbox_id: sandboxId,
+          thread_id: scope.ref.threadId,
+          user_id: scope.ref.uid,
+        }),
+        signal: AbortSignal.timeout(5_000),
+      });
+      const answered = ((await created.json()) as { generation?: number }).generation ?? generation;
+      const next = await platform.admitRootRun(scope.ref, {
+        recordedSandbox: { sandboxId, generation: answered },
+      });
+      if (next) {
+        ctx.scopes.noteSandbox(scope, sandboxId);
+        roots.push(next);
+        await platform.finishRun(next.runId, 'completed');
+        await ctx.fences.waitCleared([next.runId], left(deadlineMs));
+      }
+    }
+    return attempt;
+  } finally {
+    provisioner.setSandboxMode(sandboxId, undefined);
+  }
 }

@@ -7,6 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Database } from '../../functions/adapters/database.ts';
 import type { Queues } from '../../functions/adapters/queues.ts';
+import { deleteInFlightSeconds } from '../../functions/cleanup/guarded-delete.ts';
 import type { AdmittedRun, PlatformSimulator } from '../../infra/local/platform.ts';
 import type { LocalProvisioner } from '../../infra/local/provisioner/server.ts';
 import { preciseNow } from './clock.ts';
@@ -49,6 +50,7 @@ import {
   type QuietFleet,
   quietFleet,
   type ReclaimFaultState,
+  reuseDeterministicIdAfterReclaim,
 } from './reclaim-faults.ts';
 
 export interface RunContext {
@@ -407,6 +409,40 @@ export async function playRun(
             }
             await sleep(200);
           } while (isForced(kind) && preciseNow() < until);
+        }),
+      );
+    }
+  }
+  if (plan.deterministicIdReused) {
+    const kind = FaultKind.RECLAIM_DETERMINISTIC_ID_REUSED;
+    if (!ctx.reclaimOn) {
+      if (isForced(kind)) errors.push(`${kind} needs the reclaimer (ChaosOptions.reclaim)`);
+    } else if (!scope.retired) {
+      inWindow.push(
+        guard('deterministic id reused', async () => {
+          const { runtimeCleanupMs, provisionerDeleteMs, databaseLockMs } = ctx.timeouts;
+          const bounds = {
+            // The reclaim guard's hold: the delete window plus margin, counted from the guard.
+            holdMs:
+              deleteInFlightSeconds(runtimeCleanupMs, provisionerDeleteMs / 1000, databaseLockMs) * 1000,
+            graceMs: Number(RECLAIM_CHAOS_ENV.RECLAIM_GRACE_SECONDS) * 1000,
+            // The platform's retry interval, plus a second for one record's round trip under load.
+            retryMs: 250,
+            slackMs: 1_000,
+          };
+          const until = isForced(kind) ? forcedDeadlineMs : windowEndMs + 60_000;
+          const attempt = await reuseDeterministicIdAfterReclaim(
+            ctx.production,
+            scope,
+            root,
+            roots,
+            bounds,
+            until,
+          );
+          if (attempt) {
+            ctx.reclaimFaults.reusedIds.push(attempt);
+            note(kind);
+          }
         }),
       );
     }

@@ -5,8 +5,13 @@
  */
 import { describe, expect, it } from 'vitest';
 import { Invariant } from '../chaos/invariants.ts';
-import { judgeLateRecords, judgeQuietFleet, RECLAIM_REFUSAL_SQLSTATE } from '../chaos/reclaim-checks.ts';
-import type { LateRecordAttempt, QuietWindow } from '../chaos/reclaim-faults.ts';
+import {
+  judgeLateRecords,
+  judgeQuietFleet,
+  judgeReusedIds,
+  RECLAIM_REFUSAL_SQLSTATE,
+} from '../chaos/reclaim-checks.ts';
+import type { LateRecordAttempt, QuietWindow, ReusedIdAttempt } from '../chaos/reclaim-faults.ts';
 
 describe('invariant K: a reclaimed generation is refused a record after its DELETE', () => {
   const attempt = (refusal: LateRecordAttempt['refusal']): LateRecordAttempt => ({
@@ -70,5 +75,32 @@ describe('invariant Q: a quiet fleet is reclaimed within grace + two intervals',
   it('a leak reclaimed only after the bound is a violation too', () => {
     const { violations } = judgeQuietFleet([window([9_001])]);
     expect(violations[0]!.message).toMatch(/reclaimed only after 9001 ms/);
+  });
+});
+
+describe('invariant N: a reclaimed deterministic id records again within the delete window', () => {
+  const attempt = (acceptedAfterMs: number | undefined, refused = 50): ReusedIdAttempt => ({
+    sandboxId: 'sbx-scope-1',
+    deletedAtMs: 10_000,
+    acceptedAtMs: acceptedAfterMs === undefined ? undefined : 10_000 + acceptedAfterMs,
+    refused,
+    boundMs: 15_750,
+    graceMs: 3_600_000,
+  });
+
+  it('refused while the DELETE may still act, then accepted within the window: kept', () => {
+    expect(judgeReusedIds([attempt(14_500)])).toEqual({ violations: [], checked: 1 });
+  });
+
+  it('locked out for the grace (bug 7: the tombstone refused every record until it expired) is a violation', () => {
+    const { violations, checked } = judgeReusedIds([attempt(3_600_000, 14_400)]);
+    expect(checked).toBe(1);
+    expect(violations[0]).toMatchObject({ invariant: Invariant.DETERMINISTIC_ID_RECORDABLE_AFTER_RECLAIM });
+    expect(violations[0]!.message).toMatch(/recorded again only 3600000 ms after the DELETE \(14400 refusal/);
+  });
+
+  it('never accepted by the deadline is a violation', () => {
+    const { violations } = judgeReusedIds([attempt(undefined)]);
+    expect(violations[0]!.message).toMatch(/was never recorded again/);
   });
 });

@@ -179,17 +179,29 @@ export class DatabaseEpisodes {
 
   /**
    * The database's default isolation REPEATABLE READ for at least `ms`, and until a stack backend
-   * connected under it (up to `deadlineMs`); returns how many stack backends connected under it.
+   * connected under it (up to `deadlineMs`), then for as long as `during` takes (a run with a
+   * `during` of its own waits for the episode under way, then has its own; one without joins it); returns how many stack backends connected under it.
    * Reset afterwards whatever happens, and the stack made to reconnect again.
    */
-  repeatableReadDefault(ms: number, deadlineMs: number): Promise<number> {
+  repeatableReadDefault(ms: number, deadlineMs: number, during?: () => Promise<unknown>): Promise<number> {
+    if (during) {
+      // A run with its own play under the setting queues behind the episode under way.
+      const before = this.#repeatableRead?.catch(() => 0) ?? Promise.resolve(0);
+      const mine: Promise<number> = before
+        .then(() => this.#runRepeatableRead(ms, deadlineMs, during))
+        .finally(() => {
+          if (this.#repeatableRead === mine) this.#repeatableRead = undefined;
+        });
+      this.#repeatableRead = mine;
+      return mine;
+    }
     this.#repeatableRead ??= this.#runRepeatableRead(ms, deadlineMs).finally(() => {
       this.#repeatableRead = undefined;
     });
     return this.#repeatableRead;
   }
 
-  async #runRepeatableRead(ms: number, deadlineMs: number): Promise<number> {
+  async #runRepeatableRead(ms: number, deadlineMs: number, during?: () => Promise<unknown>): Promise<number> {
     const since = (await this.admin.query<{ now: Date }>('SELECT clock_timestamp() AS now')).rows[0]!.now;
     await this.admin.query(SET_DEFAULT_ISOLATION);
     const reconnected = async () =>
@@ -206,6 +218,8 @@ export class DatabaseEpisodes {
           await this.admin.query(TERMINATE_IDLE, [this.stackApplicationName]);
         }
       }
+      // What the run plays under the setting (a reclaim guard racing an admission), to its end.
+      if (connected > 0) await during?.();
     } finally {
       await this.admin.query(RESET_DEFAULT_ISOLATION);
       await this.admin.query(TERMINATE_IDLE, [this.stackApplicationName]);

@@ -513,3 +513,74 @@ export async function reuseDeterministicIdAfterReclaim(
     provisioner.setSandboxMode(sandboxId, undefined);
   }
 }
+
+// --- an admission racing the reclaim guard, under REPEATABLE READ -------------------------------
+
+const SIGHTING_DUE = `
+  SELECT first_seen_at <= now() - make_interval(secs => $2::float8) AS due
+  FROM runtime_reclaim_sightings WHERE sandbox_id = $1::text`;
+/** A backend of the stack waiting for an advisory lock (the reclaim guard, for the scope's). */
+const STACK_WAITS_FOR_ADVISORY_LOCK = `
+  SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+  WHERE l.locktype = 'advisory' AND NOT l.granted AND a.application_name = $1::text
+    AND a.datname = current_database()`;
+
+/**
+ * Reclaimer bug 1's race, played for real: after the run's cleanup, its scope's id is created again
+ * and never recorded (a leak the scope's row names). Once the leak is due, the platform admits a run
+ * into the scope the documented way — its transaction takes the scope's lock and inserts the run —
+ * and holds the lock until a stack backend is seen waiting for an advisory lock (the reclaim guard,
+ * for the scope's), then commits. A guard whose snapshot predates its lock (REPEATABLE READ) sees
+ * the scope idle and deletes the container the admitted run is then handed (its POST reuses it):
+ * invariant GC at the DELETE's arrival. Returns whether the guard was seen waiting.
+ */
+export async function admitWhileReclaimGuardWaits(
+  ctx: ProductionFaultContext,
+  deps: { adminDb: Database; stackApplicationName: string; graceSeconds: number },
+  scope: ScopeState,
+  root: AdmittedRun,
+  roots: AdmittedRun[],
+  deadlineMs: number,
+): Promise<boolean> {
+  const { provisioner, platform } = ctx;
+  const sandboxId = root.sandboxId;
+  if (!(await ctx.fences.waitCleared([root.runId], left(deadlineMs)))) return false;
+  if (provisioner.sandbox(sandboxId) !== undefined) return false;
+  const response = await fetch(new URL('/api/sandboxes', ctx.provisionerUrl), {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ sandbox_id: sandboxId, thread_id: scope.ref.threadId, user_id: scope.ref.uid }),
+    signal: AbortSignal.timeout(5_000),
+  });
+  await response.body?.cancel();
+  if (response.status !== 200 && response.status !== 201) return false;
+  const due = async () =>
+    (await deps.adminDb.query<{ due: boolean }>(SIGHTING_DUE, [sandboxId, deps.graceSeconds])).rows[0]
+      ?.due === true;
+  while (!(await due())) {
+    if (preciseNow() >= deadlineMs || provisioner.sandbox(sandboxId) === undefined) return false;
+    await sleep(50);
+  }
+  let raced = false;
+  const next = await platform.admitRootRun(scope.ref, {
+    beforeCommit: async () => {
+      // The reclaimer lists every interval; a due leak meets its guard at the next listing.
+      const until = Math.min(deadlineMs, preciseNow() + 8_000);
+      while (!raced && preciseNow() < until) {
+        const { rowCount } = await deps.adminDb.query(STACK_WAITS_FOR_ADVISORY_LOCK, [
+          deps.stackApplicationName,
+        ]);
+        if (rowCount) raced = true;
+        else await sleep(10);
+      }
+    },
+  });
+  if (next) {
+    ctx.scopes.noteSandbox(scope, next.sandboxId);
+    roots.push(next);
+    // The run works in the container it was handed a while: a DELETE now lands under it.
+    await sleep(1_000);
+    await platform.finishRun(next.runId, 'completed');
+  }
+  return raced;
+}

@@ -46,6 +46,7 @@ import type { Rng } from './random.ts';
 import { RECLAIM_CHAOS_ENV } from './reclaim-chaos.ts';
 import {
   admitDuringDeleteCarriedOutLater,
+  admitWhileReclaimGuardWaits,
   failStatementAfterReclaimDelete,
   type QuietFleet,
   quietFleet,
@@ -325,9 +326,37 @@ export async function playRun(
   if (plan.repeatableRead) {
     const { atMs, ms } = plan.repeatableRead;
     const kind = FaultKind.DB_REPEATABLE_READ_DEFAULT;
-    at(atMs, async () => {
-      if ((await ctx.episodes.repeatableReadDefault(ms, deadlineOf(kind))) > 0) note(kind);
-    });
+    if (!ctx.reclaimOn) {
+      at(atMs, async () => {
+        if ((await ctx.episodes.repeatableReadDefault(ms, deadlineOf(kind))) > 0) note(kind);
+      });
+    } else if (!scope.retired) {
+      // With the reclaimer: under the setting, an admission races the reclaim guard for the
+      // scope's lock (bug 1), once the run's cleanup is done.
+      inWindow.push(
+        guard('repeatable read', async () => {
+          const until = isForced(kind) ? forcedDeadlineMs : windowEndMs + 30_000;
+          if (!(await ctx.fences.waitCleared([root.runId], Math.max(0, until - preciseNow())))) return;
+          let raced = false;
+          const race = async () => {
+            raced = await admitWhileReclaimGuardWaits(
+              ctx.production,
+              {
+                adminDb: ctx.adminDb,
+                stackApplicationName: ctx.stackApplicationName,
+                graceSeconds: Number(RECLAIM_CHAOS_ENV.RECLAIM_GRACE_SECONDS),
+              },
+              scope,
+              root,
+              roots,
+              until,
+            );
+          };
+          const connected = await ctx.episodes.repeatableReadDefault(ms, until, race);
+          if (connected > 0 && raced) note(kind);
+        }),
+      );
+    }
   }
   if (plan.reclaimDeletedLater) {
     const fault = plan.reclaimDeletedLater;

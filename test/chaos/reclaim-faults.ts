@@ -519,6 +519,8 @@ export async function reuseDeterministicIdAfterReclaim(
 const SIGHTING_DUE = `
   SELECT first_seen_at <= now() - make_interval(secs => $2::float8) AS due
   FROM runtime_reclaim_sightings WHERE sandbox_id = $1::text`;
+const RUNNING_IN_SCOPE = `
+  SELECT id FROM agent_runs WHERE uid = $1::text AND runtime_scope_id = $2::text AND status = 'running'`;
 /** A backend of the stack waiting for an advisory lock (the reclaim guard, for the scope's). */
 const STACK_WAITS_FOR_ADVISORY_LOCK = `
   SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
@@ -562,7 +564,7 @@ export async function admitWhileReclaimGuardWaits(
     await sleep(50);
   }
   let raced = false;
-  const next = await platform.admitRootRun(scope.ref, {
+  const admitting = platform.admitRootRun(scope.ref, {
     beforeCommit: async () => {
       // The reclaimer lists every interval; a due leak meets its guard at the next listing.
       const until = Math.min(deadlineMs, preciseNow() + 8_000);
@@ -574,6 +576,17 @@ export async function admitWhileReclaimGuardWaits(
         else await sleep(10);
       }
     },
+  });
+  const next = await admitting.catch(async (error: unknown) => {
+    // Admitted, then its sandbox refused (55006: the container is being reclaimed, a DELETE that
+    // should never have been sent): the platform ends the run that got no sandbox.
+    if ((error as { code?: string }).code !== '55006') throw error;
+    const { rows } = await ctx.operatorDb.query<{ id: string }>(RUNNING_IN_SCOPE, [
+      scope.ref.uid,
+      scope.ref.runtimeScopeId,
+    ]);
+    for (const row of rows) await platform.finishRun(row.id, 'failed');
+    return undefined;
   });
   if (next) {
     ctx.scopes.noteSandbox(scope, next.sandboxId);

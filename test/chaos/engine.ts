@@ -82,7 +82,11 @@ export interface ChaosOptions {
    * Reclaimer hook (issue 13, reclaim-chaos.ts): run the reclaimer every 2 s with a 2 s grace,
    * inject leaked sandboxes, check invariant GC; the report is handed to `onReclaimReport`.
    */
-  reclaim?: { onReport: (report: ReclaimChaosReport) => void };
+  reclaim?: {
+    onReport: (report: ReclaimChaosReport) => void;
+    /** RECLAIM_GRACE_SECONDS, when not RECLAIM_CHAOS_ENV's (`--reclaim-grace`). */
+    graceSeconds?: number;
+  };
 }
 
 /** The process the termination storm hits beside the stack: 30 connections of cleanup-shaped work. */
@@ -110,7 +114,14 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     ...CHAOS_ENV,
     DATABASE_DRIVER: options.driver,
     ...(options.reclaim ? RECLAIM_CHAOS_ENV : {}),
+    ...(options.reclaim?.graceSeconds !== undefined
+      ? { RECLAIM_GRACE_SECONDS: String(options.reclaim.graceSeconds) }
+      : {}),
     ...options.env,
+  };
+  const reclaimSettings = {
+    graceSeconds: Number(env.RECLAIM_GRACE_SECONDS ?? RECLAIM_CHAOS_ENV.RECLAIM_GRACE_SECONDS),
+    intervalSeconds: Number(env.RECLAIM_INTERVAL_SECONDS ?? RECLAIM_CHAOS_ENV.RECLAIM_INTERVAL_SECONDS),
   };
 
   const pools: Database[] = [];
@@ -297,6 +308,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       },
       episodes,
       reclaimOn: reclaim !== undefined,
+      reclaimSettings,
       reclaimFaults,
       adminDb: admin,
       stackApplicationName: STACK_APPLICATION_NAME,
@@ -353,7 +365,11 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       deadlineMs: drainStarted + (options.finalDrainTimeoutMs ?? 90_000),
     });
     // Reclaimer hook (issue 13): every injected leak reclaimed (grace + a few intervals).
-    const reclaimReport = reclaim ? await reclaim.settle(preciseNow() + 20_000) : undefined;
+    const settleMs = Math.max(
+      20_000,
+      (reclaimSettings.graceSeconds + 3 * reclaimSettings.intervalSeconds) * 1000 + 5_000,
+    );
+    const reclaimReport = reclaim ? await reclaim.settle(preciseNow() + settleMs) : undefined;
     if (reclaimReport) options.reclaim!.onReport(reclaimReport);
     const finalDrainMs = preciseNow() - drainStarted;
     await recorders.stop();

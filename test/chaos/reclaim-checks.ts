@@ -6,7 +6,9 @@
  * - K: a reclaimed (sandbox, generation) cannot be recorded again right after its DELETE, even when
  *   the statement after the DELETE failed: the tombstone laid before the DELETE refuses it with
  *   SQLSTATE 55006 (the trigger sandbox_runtimes_refuse_reclaimed). Reclaimer bug 3 laid it only
- *   after the DELETE, so a failure there left the id recordable.
+ *   after the DELETE, so a failure there left the id recordable. Tried right after the DELETE and,
+ *   when the grace outlasts the guard's in-flight record (`--reclaim-grace`), once more after it,
+ *   where the tombstone alone refuses.
  * - Q: in a quiet window (no run active, only leaks live), every leak is reclaimed within the grace
  *   plus two reclaim intervals (plus the margin of one reclaim's DELETE), with the brakes at the
  *   product's defaults: reclaimer bug 6 had them refuse every such listing, forever.
@@ -29,8 +31,8 @@ export function judgeLateRecords(attempts: readonly LateRecordAttempt[]): {
     if (attempt.refusal?.code === RECLAIM_REFUSAL_SQLSTATE) continue;
     violations.push({
       invariant: Invariant.RECLAIMED_GENERATION_REFUSED,
-      key: `K:${attempt.sandboxId}#${attempt.generation}`,
-      message: `${attempt.sandboxId} generation ${attempt.generation}, deleted by the reclaimer (the statement after its DELETE ${attempt.settleFailedBy === 'terminated' ? 'terminated' : 'timed out on its lock'}), was ${attempt.refusal === null ? 'recorded again' : `refused with ${attempt.refusal.code ?? 'no SQLSTATE'} (${attempt.refusal.message}), not the tombstone's ${RECLAIM_REFUSAL_SQLSTATE}`} ${attempt.msAfterDelete} ms after the delete`,
+      key: `K:${attempt.sandboxId}#${attempt.generation}:${attempt.phase}`,
+      message: `${attempt.sandboxId} generation ${attempt.generation}, deleted by the reclaimer (the statement after its DELETE ${attempt.settleFailedBy === 'terminated' ? 'terminated' : 'timed out on its lock'}), was ${attempt.refusal === null ? 'recorded again' : `refused with ${attempt.refusal.code ?? 'no SQLSTATE'} (${attempt.refusal.message}), not the tombstone's ${RECLAIM_REFUSAL_SQLSTATE}`} ${attempt.msAfterDelete} ms after the delete (${attempt.phase === 'while-in-flight' ? "the guard's in-flight record still up" : "after the guard's in-flight record, within the grace: only the tombstone refuses"})`,
       details: { ...attempt },
     });
   }

@@ -150,6 +150,11 @@ async function leakOnce(
 export interface LateRecordAttempt {
   sandboxId: string;
   generation: number;
+  /**
+   * `while-in-flight`: right after the DELETE, the guard's in-flight record still up;
+   * `after-in-flight`: after it, within the grace, where only the tombstone refuses.
+   */
+  phase: 'while-in-flight' | 'after-in-flight';
   /** How the statement that ends the reclaim attempt failed: 'terminated' or 'lock_timeout'. */
   settleFailedBy: string;
   /** From the DELETE's answer to the record attempt. */
@@ -167,6 +172,9 @@ const END_RECLAIM_BACKEND = `
 const TERMINATE = 'SELECT pg_terminate_backend($1::int) AS terminated';
 /** The row the end statement must write: the sighting the guard stamped with its in-flight record. */
 const LOCK_SIGHTING = 'SELECT 1 FROM runtime_reclaim_sightings WHERE sandbox_id = $1::text FOR UPDATE';
+const IN_FLIGHT_LEFT_MS = `
+  SELECT greatest(0, extract(epoch FROM reclaim_in_flight_until - clock_timestamp()) * 1000)::float8 AS left_ms
+  FROM runtime_reclaim_sightings WHERE sandbox_id = $1::text`;
 const SIGHTING_IN_FLIGHT = `
   SELECT reclaim_in_flight_token IS NOT NULL AS in_flight FROM runtime_reclaim_sightings WHERE sandbox_id = $1::text`;
 
@@ -178,6 +186,8 @@ export interface SettleFailureDeps {
   adminDb: Database;
   stackApplicationName: string;
   lockTimeoutMs: number;
+  /** The reclaimer's grace: the tombstone refuses the deleted generation that long after the guard. */
+  graceMs: number;
 }
 
 /**
@@ -192,7 +202,7 @@ export async function failStatementAfterReclaimDelete(
   deps: SettleFailureDeps,
   scope: ScopeState,
   deadlineMs: number,
-): Promise<LateRecordAttempt | undefined> {
+): Promise<LateRecordAttempt[] | undefined> {
   const { ctx, lockerDb, adminDb } = deps;
   const { provisioner } = ctx;
   const sandboxId = `sbx-leaked-late-${randomUUID().slice(0, 12)}`;
@@ -264,20 +274,29 @@ export async function failStatementAfterReclaimDelete(
     }
     ctx.scopes.noteSandbox(scope, sandboxId);
     const generation = deleted.deletedGeneration;
-    const recordedAtMs = preciseNow();
-    let refusal: LateRecordAttempt['refusal'] = null;
-    try {
-      await ctx.platform.recordSandbox(scope.ref, { sandboxId, generation });
-    } catch (error) {
-      refusal = { code: (error as { code?: string }).code, message: (error as Error).message };
-    }
-    return {
-      sandboxId,
-      generation,
-      settleFailedBy,
-      msAfterDelete: Math.round(recordedAtMs - (deleted.deletedAt ?? recordedAtMs)),
-      refusal,
+    const failedBy = settleFailedBy;
+    const lateRecord = async (phase: LateRecordAttempt['phase']): Promise<LateRecordAttempt> => {
+      const recordedAtMs = preciseNow();
+      let refusal: LateRecordAttempt['refusal'] = null;
+      try {
+        await ctx.platform.recordSandbox(scope.ref, { sandboxId, generation });
+      } catch (error) {
+        refusal = { code: (error as { code?: string }).code, message: (error as Error).message };
+      }
+      const msAfterDelete = Math.round(recordedAtMs - (deleted.deletedAt ?? recordedAtMs));
+      return { sandboxId, generation, phase, settleFailedBy: failedBy, msAfterDelete, refusal };
     };
+    const attempts = [await lateRecord('while-in-flight')];
+    // Once the guard's in-flight record is over, only the tombstone (laid by the guard, the listing
+    // having named the generation) refuses, until a grace after the guard: with a grace longer than
+    // the hold (`--reclaim-grace`), that moment exists, and a record then must still be refused.
+    const { rows } = await adminDb.query<{ left_ms: number | null }>(IN_FLIGHT_LEFT_MS, [sandboxId]);
+    const inFlightLeftMs = rows[0]?.left_ms ?? 0;
+    if (deps.graceMs > inFlightLeftMs + (preciseNow() - (deleted.deletedAt ?? preciseNow())) + 3_000) {
+      await sleep(inFlightLeftMs + 500);
+      attempts.push(await lateRecord('after-in-flight'));
+    }
+    return attempts;
   } finally {
     provisioner.clearFaults(sandboxId);
   }

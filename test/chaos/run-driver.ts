@@ -43,7 +43,6 @@ import {
   sendForgedReleases,
 } from './production-faults.ts';
 import type { Rng } from './random.ts';
-import { RECLAIM_CHAOS_ENV } from './reclaim-chaos.ts';
 import {
   admitDuringDeleteCarriedOutLater,
   admitWhileReclaimGuardWaits,
@@ -80,6 +79,8 @@ export interface RunContext {
   episodes: DatabaseEpisodes;
   /** The reclaimer runs beside the protocol (the reclaimer's fault kinds need it). */
   reclaimOn: boolean;
+  /** The reclaimer's grace and interval (RECLAIM_CHAOS_ENV, or `--reclaim-grace`). */
+  reclaimSettings: { graceSeconds: number; intervalSeconds: number };
   /** What the reclaimer's fault kinds record for their invariants (reclaim-checks.ts). */
   reclaimFaults: ReclaimFaultState;
   /** Sees the stack's backends and terminates them (a reclaimer fault). */
@@ -344,7 +345,7 @@ export async function playRun(
               {
                 adminDb: ctx.adminDb,
                 stackApplicationName: ctx.stackApplicationName,
-                graceSeconds: Number(RECLAIM_CHAOS_ENV.RECLAIM_GRACE_SECONDS),
+                graceSeconds: ctx.reclaimSettings.graceSeconds,
               },
               scope,
               root,
@@ -394,13 +395,14 @@ export async function playRun(
             adminDb: ctx.adminDb,
             stackApplicationName: ctx.stackApplicationName,
             lockTimeoutMs: ctx.timeouts.databaseLockMs,
+            graceMs: ctx.reclaimSettings.graceSeconds * 1000,
           };
           // The leak is reclaimed a grace after it is first listed: waited for as a forced fault is.
           const until = isForced(kind) ? forcedDeadlineMs : windowEndMs + 30_000;
           do {
-            const attempt = await failStatementAfterReclaimDelete(deps, scope, until);
-            if (attempt) {
-              ctx.reclaimFaults.lateRecords.push(attempt);
+            const attempts = await failStatementAfterReclaimDelete(deps, scope, until);
+            if (attempts) {
+              ctx.reclaimFaults.lateRecords.push(...attempts);
               note(kind);
               return;
             }
@@ -420,8 +422,8 @@ export async function playRun(
           const until = isForced(kind) ? forcedDeadlineMs : windowEndMs + 30_000;
           if (!(await ctx.fences.waitCleared([root.runId], Math.max(0, until - preciseNow())))) return;
           const reclaim = {
-            graceSeconds: Number(RECLAIM_CHAOS_ENV.RECLAIM_GRACE_SECONDS),
-            intervalSeconds: Number(RECLAIM_CHAOS_ENV.RECLAIM_INTERVAL_SECONDS),
+            graceSeconds: ctx.reclaimSettings.graceSeconds,
+            intervalSeconds: ctx.reclaimSettings.intervalSeconds,
             // One reclaim's DELETE bound: the listing that finds a leak due still has to delete it.
             marginMs: ctx.timeouts.runtimeCleanupMs,
           };
@@ -454,7 +456,7 @@ export async function playRun(
             // The reclaim guard's hold: the delete window plus margin, counted from the guard.
             holdMs:
               deleteInFlightSeconds(runtimeCleanupMs, provisionerDeleteMs / 1000, databaseLockMs) * 1000,
-            graceMs: Number(RECLAIM_CHAOS_ENV.RECLAIM_GRACE_SECONDS) * 1000,
+            graceMs: ctx.reclaimSettings.graceSeconds * 1000,
             // The platform's retry interval, plus a second for one record's round trip under load.
             retryMs: 250,
             slackMs: 1_000,

@@ -17,6 +17,7 @@ describe('invariant K: a reclaimed generation is refused a record after its DELE
   const attempt = (refusal: LateRecordAttempt['refusal']): LateRecordAttempt => ({
     sandboxId: 'sbx-leaked-late-1',
     generation: 3,
+    phase: 'after-in-flight',
     settleFailedBy: 'terminated',
     msAfterDelete: 40,
     refusal,

@@ -18,6 +18,8 @@ export interface ChaosCommandLine {
   keepDb: boolean;
   /** `--reclaim-grace N`: the reclaimer's grace in seconds (RECLAIM_GRACE_SECONDS). */
   reclaimGraceSeconds: number;
+  /** `--reclaim-max-share N`: RECLAIM_MAX_SHARE_PERCENT; the product's default when absent. */
+  reclaimMaxSharePercent: number | undefined;
 }
 
 export type ParsedChaosCommandLine =
@@ -62,6 +64,10 @@ Options
                     longer than the reclaim guard's hold (14.5 s) lets the
                     tombstone's refusal by generation outlast the in-flight
                     record, which invariants K and N then see on their own   (default ${CHAOS_RECLAIM_GRACE_SECONDS})
+  --reclaim-max-share N
+                    RECLAIM_MAX_SHARE_PERCENT (1-100): 100 turns the brakes
+                    off, for a kind-focused run whose few runs never make
+                    a healthy listing to pair on                           (default: the product's)
   --keep-db         keep the run's database for a post-mortem
   -h, --help        this text
 
@@ -89,6 +95,7 @@ export function parseChaosCommandLine(argv: readonly string[]): ParsedChaosComma
         out: { type: 'string' },
         'keep-db': { type: 'boolean' },
         'reclaim-grace': { type: 'string' },
+        'reclaim-max-share': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
       strict: true,
@@ -98,7 +105,11 @@ export function parseChaosCommandLine(argv: readonly string[]): ParsedChaosComma
     return { kind: 'invalid', message: `${(error as Error).message}; see: npm run chaos -- --help` };
   }
   if (values.help) return { kind: 'help' };
-  const defaults = { ...CHAOS_DEFAULTS, 'reclaim-grace': CHAOS_RECLAIM_GRACE_SECONDS };
+  const defaults = {
+    ...CHAOS_DEFAULTS,
+    'reclaim-grace': CHAOS_RECLAIM_GRACE_SECONDS,
+    'reclaim-max-share': 0,
+  };
   const integer = (name: keyof typeof defaults, minimum: 0 | 1): number | string => {
     const raw = values[name];
     if (raw === undefined) return defaults[name];
@@ -112,8 +123,12 @@ export function parseChaosCommandLine(argv: readonly string[]): ParsedChaosComma
   const runs = integer('runs', 1);
   const concurrency = integer('concurrency', 1);
   const reclaimGrace = integer('reclaim-grace', 1);
-  for (const checked of [seed, runs, concurrency, reclaimGrace]) {
+  const maxShare = integer('reclaim-max-share', 1);
+  for (const checked of [seed, runs, concurrency, reclaimGrace, maxShare]) {
     if (typeof checked === 'string') return { kind: 'invalid', message: checked };
+  }
+  if ((maxShare as number) > 100) {
+    return { kind: 'invalid', message: `--reclaim-max-share ${maxShare} is invalid: at most 100` };
   }
   const known = new Set<string>(Object.values(FaultKind));
   const kinds = typeof values.kinds === 'string' ? values.kinds.split(',').map((kind) => kind.trim()) : [];
@@ -135,6 +150,7 @@ export function parseChaosCommandLine(argv: readonly string[]): ParsedChaosComma
       out: typeof values.out === 'string' ? values.out : RESULTS_DIR,
       keepDb: values['keep-db'] === true,
       reclaimGraceSeconds: reclaimGrace as number,
+      reclaimMaxSharePercent: values['reclaim-max-share'] === undefined ? undefined : (maxShare as number),
     },
   };
 }

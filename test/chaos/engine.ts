@@ -86,6 +86,8 @@ export interface ChaosOptions {
     onReport: (report: ReclaimChaosReport) => void;
     /** RECLAIM_GRACE_SECONDS, when not RECLAIM_CHAOS_ENV's (`--reclaim-grace`). */
     graceSeconds?: number;
+    /** RECLAIM_MAX_SHARE_PERCENT, when not the product's default (`--reclaim-max-share`). */
+    maxSharePercent?: number;
   };
 }
 
@@ -116,6 +118,9 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     ...(options.reclaim ? RECLAIM_CHAOS_ENV : {}),
     ...(options.reclaim?.graceSeconds !== undefined
       ? { RECLAIM_GRACE_SECONDS: String(options.reclaim.graceSeconds) }
+      : {}),
+    ...(options.reclaim?.maxSharePercent !== undefined
+      ? { RECLAIM_MAX_SHARE_PERCENT: String(options.reclaim.maxSharePercent) }
       : {}),
     ...options.env,
   };

@@ -129,6 +129,11 @@ export class PlatformSimulator {
        * stage whose provisioner this machine cannot reach: the release's DELETE then finds it gone).
        */
       recordedSandbox?: { sandboxId: string; generation: number };
+      /**
+       * Awaited inside the admission's transaction, after its insert, before its commit: the scope's
+       * lock is held meanwhile (the chaos suite holds it while the reclaim guard waits for it).
+       */
+      beforeCommit?: () => Promise<void>;
     } = {},
   ): Promise<(AdmittedRun & { leakedSandboxId?: string }) | undefined> {
     const runId = `run-${randomUUID()}`;
@@ -143,6 +148,7 @@ export class PlatformSimulator {
         options.runType ?? 'chat',
         options.workerId ?? 'worker-1',
       ]);
+      await options.beforeCommit?.();
       return rows.length === 1;
     });
     if (!admitted) return undefined;

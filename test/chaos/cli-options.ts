@@ -5,6 +5,7 @@
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { FaultKind } from './plan.ts';
+import { RECLAIM_CHAOS_ENV } from './reclaim-chaos.ts';
 
 export interface ChaosCommandLine {
   seed: number;
@@ -15,6 +16,10 @@ export interface ChaosCommandLine {
   kinds: FaultKind[];
   out: string;
   keepDb: boolean;
+  /** `--reclaim-grace N`: the reclaimer's grace in seconds (RECLAIM_GRACE_SECONDS). */
+  reclaimGraceSeconds: number;
+  /** `--reclaim-max-share N`: RECLAIM_MAX_SHARE_PERCENT; the product's default when absent. */
+  reclaimMaxSharePercent: number | undefined;
 }
 
 export type ParsedChaosCommandLine =
@@ -34,6 +39,8 @@ export const ChaosExitCode = {
 const RESULTS_DIR = fileURLToPath(new URL('./results/', import.meta.url));
 
 export const CHAOS_DEFAULTS = { seed: 20261130, runs: 200, concurrency: 32 } as const;
+/** The reclaimer's grace under chaos (RECLAIM_CHAOS_ENV): leaks go seconds after they leak. */
+export const CHAOS_RECLAIM_GRACE_SECONDS = Number(RECLAIM_CHAOS_ENV.RECLAIM_GRACE_SECONDS);
 
 export const CHAOS_HELP = `npm run chaos -- [options]
 
@@ -53,6 +60,14 @@ Options
                     finds a fault with its fix reverted); names as in the
                     report's "Faults injected" table
   --out DIR         where the report goes                                  (default test/chaos/results/)
+  --reclaim-grace N the reclaimer's grace in seconds (positive integer); one
+                    longer than the reclaim guard's hold (14.5 s) lets the
+                    tombstone's refusal by generation outlast the in-flight
+                    record, which invariants K and N then see on their own   (default ${CHAOS_RECLAIM_GRACE_SECONDS})
+  --reclaim-max-share N
+                    RECLAIM_MAX_SHARE_PERCENT (1-100): 100 turns the brakes
+                    off, for a kind-focused run whose few runs never make
+                    a healthy listing to pair on                           (default: the product's)
   --keep-db         keep the run's database for a post-mortem
   -h, --help        this text
 
@@ -79,6 +94,8 @@ export function parseChaosCommandLine(argv: readonly string[]): ParsedChaosComma
         kinds: { type: 'string' },
         out: { type: 'string' },
         'keep-db': { type: 'boolean' },
+        'reclaim-grace': { type: 'string' },
+        'reclaim-max-share': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
       strict: true,
@@ -88,9 +105,14 @@ export function parseChaosCommandLine(argv: readonly string[]): ParsedChaosComma
     return { kind: 'invalid', message: `${(error as Error).message}; see: npm run chaos -- --help` };
   }
   if (values.help) return { kind: 'help' };
-  const integer = (name: 'seed' | 'runs' | 'concurrency', minimum: 0 | 1): number | string => {
+  const defaults = {
+    ...CHAOS_DEFAULTS,
+    'reclaim-grace': CHAOS_RECLAIM_GRACE_SECONDS,
+    'reclaim-max-share': 0,
+  };
+  const integer = (name: keyof typeof defaults, minimum: 0 | 1): number | string => {
     const raw = values[name];
-    if (raw === undefined) return CHAOS_DEFAULTS[name];
+    if (raw === undefined) return defaults[name];
     const value = Number(raw);
     if (typeof raw === 'string' && /^\d+$/.test(raw) && Number.isSafeInteger(value) && value >= minimum) {
       return value;
@@ -100,8 +122,13 @@ export function parseChaosCommandLine(argv: readonly string[]): ParsedChaosComma
   const seed = integer('seed', 0);
   const runs = integer('runs', 1);
   const concurrency = integer('concurrency', 1);
-  for (const checked of [seed, runs, concurrency]) {
+  const reclaimGrace = integer('reclaim-grace', 1);
+  const maxShare = integer('reclaim-max-share', 1);
+  for (const checked of [seed, runs, concurrency, reclaimGrace, maxShare]) {
     if (typeof checked === 'string') return { kind: 'invalid', message: checked };
+  }
+  if ((maxShare as number) > 100) {
+    return { kind: 'invalid', message: `--reclaim-max-share ${maxShare} is invalid: at most 100` };
   }
   const known = new Set<string>(Object.values(FaultKind));
   const kinds = typeof values.kinds === 'string' ? values.kinds.split(',').map((kind) => kind.trim()) : [];
@@ -122,6 +149,8 @@ export function parseChaosCommandLine(argv: readonly string[]): ParsedChaosComma
       kinds: kinds as FaultKind[],
       out: typeof values.out === 'string' ? values.out : RESULTS_DIR,
       keepDb: values['keep-db'] === true,
+      reclaimGraceSeconds: reclaimGrace as number,
+      reclaimMaxSharePercent: values['reclaim-max-share'] === undefined ? undefined : (maxShare as number),
     },
   };
 }

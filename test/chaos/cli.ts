@@ -34,7 +34,17 @@ async function main(): Promise<number> {
     process.stderr.write(`npm run chaos: ${parsed.message}\n`);
     return ChaosExitCode.USAGE;
   }
-  const { seed, runs, concurrency, coverage, kinds, out, keepDb } = parsed.options;
+  const {
+    seed,
+    runs,
+    concurrency,
+    coverage,
+    kinds,
+    out,
+    keepDb,
+    reclaimGraceSeconds,
+    reclaimMaxSharePercent,
+  } = parsed.options;
   // The stack runs in this process: an uncaught error (an 'error' event nobody listened to, a
   // rejection nobody handled) is the stack crashing, invariant P's violation. It still ends the
   // process, as it would a Lambda instance; first it leaves a crash report saying so.
@@ -110,6 +120,8 @@ async function main(): Promise<number> {
       // The reclaimer runs beside the fence protocol, as deployed: leaked sandboxes are injected
       // and invariant GC judges every DELETE it sends (reclaim-chaos.ts).
       reclaim: {
+        graceSeconds: reclaimGraceSeconds,
+        ...(reclaimMaxSharePercent !== undefined ? { maxSharePercent: reclaimMaxSharePercent } : {}),
         onReport: (report) => {
           console.log(
             `chaos: reclaimer: ${report.leaksInjected} leak(s) injected, ${report.leaksReclaimed} reclaimed, ${report.leaksStillLive.length} still live; ${report.reclaimDeletes} reclaim DELETE(s), ${report.ownedChecked} judged against an owning scope`,

@@ -15,6 +15,12 @@
  *   is abandoned by its client within the connect timeout plus a margin — a connect that never
  *   answers must not consume an invocation's whole time.
  *
+ * - REPEATABLE READ by default: the database's `default_transaction_isolation` set to
+ *   'repeatable read' (ALTER DATABASE … SET), the stack's idle connections terminated so that it
+ *   reconnects under it, for a while; then reset the same way. Nothing the stack decides may
+ *   depend on the session's default (the reclaim guard once did: reclaimer bug 1); every
+ *   invariant must hold through it.
+ *
  * One episode of each kind at a time: a run whose plan asks while one is under way joins it.
  */
 import type { Database } from '../../functions/adapters/database.ts';
@@ -46,6 +52,21 @@ const COUNT_TARGETS = `
   SELECT count(*)::int AS n FROM pg_stat_activity
   WHERE datname = current_database() AND application_name = ANY ($1::text[]) AND pid <> pg_backend_pid()`;
 
+/** The database's default isolation, for every new session (a superuser's or the owner's setting). */
+const SET_DEFAULT_ISOLATION = `
+  DO $$ BEGIN
+    EXECUTE format('ALTER DATABASE %I SET default_transaction_isolation = %L', current_database(), 'repeatable read');
+  END $$`;
+const RESET_DEFAULT_ISOLATION = `
+  DO $$ BEGIN
+    EXECUTE format('ALTER DATABASE %I RESET default_transaction_isolation', current_database());
+  END $$`;
+/** Stack backends that connected after the setting changed: they run under it. */
+const STACK_CONNECTED_SINCE = `
+  SELECT count(*)::int AS n FROM pg_stat_activity
+  WHERE datname = current_database() AND application_name = $1::text AND backend_start > $2::timestamptz
+    AND pid <> pg_backend_pid()`;
+
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
 
 export class DatabaseEpisodes {
@@ -57,6 +78,7 @@ export class DatabaseEpisodes {
   readonly windows: Array<{ kind: 'storm' | 'stall'; startMs: number; endMs: number }> = [];
   #storm: Promise<StormReport> | undefined;
   #stall: Promise<number> | undefined;
+  #repeatableRead: Promise<number> | undefined;
 
   constructor(
     private readonly admin: Database,
@@ -156,6 +178,56 @@ export class DatabaseEpisodes {
   }
 
   /**
+   * The database's default isolation REPEATABLE READ for at least `ms`, and until a stack backend
+   * connected under it (up to `deadlineMs`), then for as long as `during` takes (a run with a
+   * `during` of its own waits for the episode under way, then has its own; one without joins it); returns how many stack backends connected under it.
+   * Reset afterwards whatever happens, and the stack made to reconnect again.
+   */
+  repeatableReadDefault(ms: number, deadlineMs: number, during?: () => Promise<unknown>): Promise<number> {
+    if (during) {
+      // A run with its own play under the setting queues behind the episode under way.
+      const before = this.#repeatableRead?.catch(() => 0) ?? Promise.resolve(0);
+      const mine: Promise<number> = before
+        .then(() => this.#runRepeatableRead(ms, deadlineMs, during))
+        .finally(() => {
+          if (this.#repeatableRead === mine) this.#repeatableRead = undefined;
+        });
+      this.#repeatableRead = mine;
+      return mine;
+    }
+    this.#repeatableRead ??= this.#runRepeatableRead(ms, deadlineMs).finally(() => {
+      this.#repeatableRead = undefined;
+    });
+    return this.#repeatableRead;
+  }
+
+  async #runRepeatableRead(ms: number, deadlineMs: number, during?: () => Promise<unknown>): Promise<number> {
+    const since = (await this.admin.query<{ now: Date }>('SELECT clock_timestamp() AS now')).rows[0]!.now;
+    await this.admin.query(SET_DEFAULT_ISOLATION);
+    const reconnected = async () =>
+      (await this.admin.query<{ n: number }>(STACK_CONNECTED_SINCE, [this.stackApplicationName, since]))
+        .rows[0]!.n;
+    let connected = 0;
+    try {
+      const started = performance.now();
+      await this.admin.query(TERMINATE_IDLE, [this.stackApplicationName]);
+      while (performance.now() - started < ms || (connected === 0 && preciseNow() < deadlineMs)) {
+        await sleep(100);
+        connected = Math.max(connected, await reconnected());
+        if (connected === 0 && performance.now() - started > ms / 2) {
+          await this.admin.query(TERMINATE_IDLE, [this.stackApplicationName]);
+        }
+      }
+      // What the run plays under the setting (a reclaim guard racing an admission), to its end.
+      if (connected > 0) await during?.();
+    } finally {
+      await this.admin.query(RESET_DEFAULT_ISOLATION);
+      await this.admin.query(TERMINATE_IDLE, [this.stackApplicationName]);
+    }
+    return connected;
+  }
+
+  /**
    * Waits until every stalled connect was given up by its client or is past the limit, so that
    * invariant T judges each one (bounded by the limit itself).
    */
@@ -170,7 +242,7 @@ export class DatabaseEpisodes {
 
   /** Waits for the episodes under way (the engine's shutdown). */
   async settle(): Promise<void> {
-    await Promise.allSettled([this.#storm, this.#stall]);
+    await Promise.allSettled([this.#storm, this.#stall, this.#repeatableRead]);
   }
 
   /**

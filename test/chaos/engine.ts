@@ -38,6 +38,8 @@ import { ProcessWatch, type WatchedProcess } from './process-watch.ts';
 import { newProductionFaultState } from './production-faults.ts';
 import { mixSeed, Rng } from './random.ts';
 import { installReclaimChaos, RECLAIM_CHAOS_ENV, type ReclaimChaosReport } from './reclaim-chaos.ts';
+import { judgeLateRecords, judgeQuietFleet, judgeReusedIds } from './reclaim-checks.ts';
+import { newReclaimFaultState, QuietFleet } from './reclaim-faults.ts';
 import { Recorders } from './recorders.ts';
 import { assembleResult, type ChaosResult } from './result.ts';
 import type { RunContext } from './run-driver.ts';
@@ -80,7 +82,13 @@ export interface ChaosOptions {
    * Reclaimer hook (issue 13, reclaim-chaos.ts): run the reclaimer every 2 s with a 2 s grace,
    * inject leaked sandboxes, check invariant GC; the report is handed to `onReclaimReport`.
    */
-  reclaim?: { onReport: (report: ReclaimChaosReport) => void };
+  reclaim?: {
+    onReport: (report: ReclaimChaosReport) => void;
+    /** RECLAIM_GRACE_SECONDS, when not RECLAIM_CHAOS_ENV's (`--reclaim-grace`). */
+    graceSeconds?: number;
+    /** RECLAIM_MAX_SHARE_PERCENT, when not the product's default (`--reclaim-max-share`). */
+    maxSharePercent?: number;
+  };
 }
 
 /** The process the termination storm hits beside the stack: 30 connections of cleanup-shaped work. */
@@ -108,7 +116,17 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     ...CHAOS_ENV,
     DATABASE_DRIVER: options.driver,
     ...(options.reclaim ? RECLAIM_CHAOS_ENV : {}),
+    ...(options.reclaim?.graceSeconds !== undefined
+      ? { RECLAIM_GRACE_SECONDS: String(options.reclaim.graceSeconds) }
+      : {}),
+    ...(options.reclaim?.maxSharePercent !== undefined
+      ? { RECLAIM_MAX_SHARE_PERCENT: String(options.reclaim.maxSharePercent) }
+      : {}),
     ...options.env,
+  };
+  const reclaimSettings = {
+    graceSeconds: Number(env.RECLAIM_GRACE_SECONDS ?? RECLAIM_CHAOS_ENV.RECLAIM_GRACE_SECONDS),
+    intervalSeconds: Number(env.RECLAIM_INTERVAL_SECONDS ?? RECLAIM_CHAOS_ENV.RECLAIM_INTERVAL_SECONDS),
   };
 
   const pools: Database[] = [];
@@ -135,6 +153,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
   let episodes: DatabaseEpisodes | undefined;
   const processes = new ProcessWatch();
   const production = newProductionFaultState();
+  const reclaimFaults = newReclaimFaultState();
   const config = loadConfig(env);
   try {
     // The stack reaches the database through a proxy that can stop answering new connects. It sits
@@ -293,6 +312,12 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
         state: production,
       },
       episodes,
+      reclaimOn: reclaim !== undefined,
+      reclaimSettings,
+      reclaimFaults,
+      adminDb: admin,
+      stackApplicationName: STACK_APPLICATION_NAME,
+      quiet: new QuietFleet(),
     };
     terminator =
       options.terminateEveryMs === null
@@ -345,7 +370,11 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       deadlineMs: drainStarted + (options.finalDrainTimeoutMs ?? 90_000),
     });
     // Reclaimer hook (issue 13): every injected leak reclaimed (grace + a few intervals).
-    const reclaimReport = reclaim ? await reclaim.settle(preciseNow() + 20_000) : undefined;
+    const settleMs = Math.max(
+      20_000,
+      (reclaimSettings.graceSeconds + 3 * reclaimSettings.intervalSeconds) * 1000 + 5_000,
+    );
+    const reclaimReport = reclaim ? await reclaim.settle(preciseNow() + settleMs) : undefined;
     if (reclaimReport) options.reclaim!.onReport(reclaimReport);
     const finalDrainMs = preciseNow() - drainStarted;
     await recorders.stop();
@@ -378,6 +407,19 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
           violations: processes.violations,
         },
         { invariant: Invariant.CONNECT_ABANDONED, ...episodes.judgeStalledConnects(performance.now()) },
+        ...(reclaim
+          ? [
+              {
+                invariant: Invariant.RECLAIMED_GENERATION_REFUSED,
+                ...judgeLateRecords(reclaimFaults.lateRecords),
+              },
+              { invariant: Invariant.QUIET_FLEET_RECLAIMED, ...judgeQuietFleet(reclaimFaults.quietWindows) },
+              {
+                invariant: Invariant.DETERMINISTIC_ID_RECORDABLE_AFTER_RECLAIM,
+                ...judgeReusedIds(reclaimFaults.reusedIds),
+              },
+            ]
+          : []),
       ],
     });
     return assembleResult({
@@ -414,6 +456,22 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
         stalledConnects: proxy.stalledConnects.length,
         forceClears: production.forceClears,
         forgedReleases: production.forged.size,
+        // The reclaimer's faults (issue 21): each late record and its refusal, each quiet window.
+        reclaimLateRecords: reclaimFaults.lateRecords,
+        reusedIds: reclaimFaults.reusedIds.map((attempt) => ({
+          refused: attempt.refused,
+          boundMs: attempt.boundMs,
+          recordedAfterMs:
+            attempt.acceptedAtMs === undefined
+              ? null
+              : Math.round(attempt.acceptedAtMs - attempt.deletedAtMs),
+        })),
+        quietWindows: reclaimFaults.quietWindows.map((window) => ({
+          boundMs: window.boundMs,
+          reclaimedAfterMs: window.leaks.map((leak) =>
+            leak.goneAtMs === undefined ? null : Math.round(leak.goneAtMs - leak.createdAtMs),
+          ),
+        })),
       },
     });
   } finally {

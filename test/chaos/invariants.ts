@@ -39,6 +39,11 @@ export const Invariant = {
   CONNECT_ABANDONED: 'T-a-connect-that-never-answers-is-abandoned-within-the-connect-timeout',
   // Reclaimer hook (issue 13): checked by test/chaos/reclaim-chaos.ts.
   RECLAIM_NEVER_OWNED: 'GC-nothing-the-reclaimer-deletes-is-owned-by-an-active-or-fenced-scope',
+  // The reclaimer's fault kinds (issue 21): checked by test/chaos/reclaim-checks.ts.
+  RECLAIMED_GENERATION_REFUSED: 'K-a-reclaimed-generation-is-refused-a-record-after-its-delete',
+  QUIET_FLEET_RECLAIMED: 'Q-a-quiet-fleets-leaks-are-reclaimed-within-grace-plus-two-intervals',
+  DETERMINISTIC_ID_RECORDABLE_AFTER_RECLAIM:
+    'N-a-reclaimed-deterministic-id-records-again-within-the-delete-window',
 } as const;
 export type Invariant = (typeof Invariant)[keyof typeof Invariant];
 

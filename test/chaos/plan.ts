@@ -42,6 +42,12 @@ export const FaultKind = {
   DB_TERMINATION_STORM: 'db.backend_termination_storm',
   /** New connections to the database are accepted and never answered, for a while (issue 11.4). */
   DB_CONNECT_NEVER_ANSWERS: 'db.connect_never_answers',
+  /**
+   * The database's `default_transaction_isolation` set to REPEATABLE READ (ALTER DATABASE … SET)
+   * and the stack's connections made to reconnect under it, for a while, then restored: the
+   * reclaim guard once decided on a snapshot older than its lock (reclaimer bug 1).
+   */
+  DB_REPEATABLE_READ_DEFAULT: 'db.repeatable_read_default',
   // Process
   CRASH_BEFORE_RELEASE_PUBLISH: 'process.crash_after_fence_check_before_release_publish',
   CRASH_AFTER_DELETE_BEFORE_FINALIZE_PUBLISH: 'process.crash_after_delete_before_finalize_publish',
@@ -74,6 +80,32 @@ export const FaultKind = {
    * new run admitted at once if the clear went through (issue 11.1).
    */
   FORCE_CLEAR_DURING_RELEASE: 'operator.force_clear_during_in_flight_release',
+  // Reclaimer (issue 21: the faults that would have found the reclaimer's bugs)
+  /**
+   * A leak of the run's scope (its sandbox id created again and never recorded), whose reclaim
+   * DELETE the provisioner answers 202 and carries out later; while it is pending the platform
+   * tries to admit a run into the scope (reclaimer bug 2: the quarantine ended at the answer).
+   */
+  RECLAIM_DELETE_202_CARRIED_OUT_LATER: 'reclaimer.delete_answered_202_carried_out_later',
+  /** The same, answered 200 `{"status":"deleting"}`. */
+  RECLAIM_DELETE_200_DELETING_CARRIED_OUT_LATER: 'reclaimer.delete_answered_200_deleting_carried_out_later',
+  /**
+   * The statement after a reclaim DELETE (the one ending the attempt's records) fails: its backend
+   * terminated while it waits for a row held for the purpose; then the reclaimed (sandbox,
+   * generation) is recorded, which the tombstone must refuse (reclaimer bug 3, invariant K).
+   */
+  RECLAIM_STATEMENT_AFTER_DELETE_FAILS: 'reclaimer.statement_after_delete_fails',
+  /**
+   * A quiet night: every run ended, only leaks live, the brakes at the product's defaults, which
+   * refuse such a listing on their own (reclaimer bug 6: never reclaimed); invariant Q.
+   */
+  RECLAIM_QUIET_FLEET: 'reclaimer.quiet_fleet',
+  /**
+   * A deterministic id (derived from the scope, listed without a generation) reclaimed, then
+   * recorded for the conversation's next container: accepted within the delete window plus margin,
+   * not a grace later (reclaimer bug 7); invariant N.
+   */
+  RECLAIM_DETERMINISTIC_ID_REUSED: 'reclaimer.deterministic_id_reused_after_reclaim',
   // Input
   HOSTILE_MESSAGE: 'input.hostile_message',
   /**
@@ -154,6 +186,16 @@ export interface RunPlan {
   /** A termination storm, or a period of connects that never answer, starting `atMs` into the window. */
   terminationStorm: { atMs: number; ms: number } | null;
   connectsNeverAnswer: { atMs: number; ms: number } | null;
+  /** The database's default isolation REPEATABLE READ from `atMs` into the window, for `ms`. */
+  repeatableRead: { atMs: number; ms: number } | null;
+  /** A leak of the scope whose reclaim DELETE is answered `status` and carried out later. */
+  reclaimDeletedLater: { kind: FaultKind; status: 202 | 200; deleteAfterMs: number } | null;
+  /** A leak whose reclaim DELETE's next statement fails, then a late record of it. */
+  statementAfterReclaimDeleteFails: boolean;
+  /** A quiet window: the other runs held out, only leaks live (stack-wide: keep it rare). */
+  quietFleet: boolean;
+  /** The scope's id reclaimed as a deterministic one, then recorded for its next container. */
+  deterministicIdReused: boolean;
 }
 
 /** How often each family of faults is drawn; the CLI's profile and the fixed-seed test's differ. */
@@ -178,6 +220,9 @@ export interface FaultMix {
   /** Stack-wide episodes (every concurrent run is hit): drawn per run, so keep them rare. */
   terminationStorm: number;
   connectNeverAnswers: number;
+  repeatableRead: number;
+  /** The reclaimer's faults (played only when the reclaimer runs beside the protocol). */
+  reclaimFault: number;
   /** Upper bound of a run's fault window. */
   maxFaultWindowMs: number;
   /**
@@ -208,6 +253,8 @@ export const DEFAULT_MIX: FaultMix = {
   upsertKeepsReleasedAt: 0.04,
   terminationStorm: 0.008,
   connectNeverAnswers: 0.008,
+  repeatableRead: 0.008,
+  reclaimFault: 0.02,
   maxFaultWindowMs: 4_000,
 };
 
@@ -255,6 +302,20 @@ export const PRODUCTION_FAULT_KINDS: readonly FaultKind[] = [
 ];
 
 /**
+ * The faults that would have found the reclaimer's bugs (issue 21, reclaim-faults.ts): each needs
+ * the reclaimer running beside the protocol (`reclaim` in ChaosOptions); a run forced on one
+ * without it is a harness error.
+ */
+export const RECLAIMER_FAULT_KINDS: readonly FaultKind[] = [
+  FaultKind.RECLAIM_DELETE_202_CARRIED_OUT_LATER,
+  FaultKind.RECLAIM_DELETE_200_DELETING_CARRIED_OUT_LATER,
+  FaultKind.DB_REPEATABLE_READ_DEFAULT,
+  FaultKind.RECLAIM_STATEMENT_AFTER_DELETE_FAILS,
+  FaultKind.RECLAIM_QUIET_FLEET,
+  FaultKind.RECLAIM_DETERMINISTIC_ID_REUSED,
+];
+
+/**
  * Kinds the suite can play (`--kinds`) that the current code does not defend against: kept out of
  * the coverage cycle and the random mix so that "0 violations" stays a statement about the
  * defended catalogue, and listed in test/chaos/README.md with what they find.
@@ -285,6 +346,7 @@ export const COVERAGE_CYCLE: readonly FaultKind[] = [
   FaultKind.CONCURRENT_ROOT,
   FaultKind.HOSTILE_MESSAGE,
   ...PRODUCTION_FAULT_KINDS,
+  ...RECLAIMER_FAULT_KINDS,
 ];
 
 /** The provisioner fault of a kind, placed below or above the delete timeout as its name says. */
@@ -351,6 +413,32 @@ export function provisionerFault(kind: FaultKind, rng: Rng, timeouts: Timeouts, 
     default:
       throw new Error(`${kind} is not a provisioner fault`);
   }
+}
+
+/**
+ * The reclaim DELETE answered early and carried out later: after the provisioner's own delete time
+ * at least (the answer is long gone), within the residual quarantine the product keeps for a
+ * DELETE that may still act (residualDeleteSeconds: that time plus a margin).
+ */
+function drawDeletedLater(
+  rng: Rng,
+  mix: FaultMix,
+  timeouts: Timeouts,
+  forced: FaultKind | undefined,
+  focused: boolean,
+): RunPlan['reclaimDeletedLater'] {
+  const variants = [
+    [FaultKind.RECLAIM_DELETE_202_CARRIED_OUT_LATER, 202],
+    [FaultKind.RECLAIM_DELETE_200_DELETING_CARRIED_OUT_LATER, 200],
+  ] as const;
+  const chosen = focused
+    ? variants.find(([kind]) => kind === forced)
+    : rng.chance(mix.reclaimFault / 2)
+      ? rng.pick(variants)
+      : undefined;
+  if (!chosen) return null;
+  const deleteMs = timeouts.provisionerDeleteMs;
+  return { kind: chosen[0], status: chosen[1], deleteAfterMs: rng.int(deleteMs, deleteMs * 3) };
 }
 
 /**
@@ -490,5 +578,16 @@ export function drawPlan(
     connectsNeverAnswer: has(FaultKind.DB_CONNECT_NEVER_ANSWERS, mix.connectNeverAnswers)
       ? { atMs: at(), ms: rng.int(1_000, 2_500) }
       : null,
+    repeatableRead: has(FaultKind.DB_REPEATABLE_READ_DEFAULT, mix.repeatableRead)
+      ? { atMs: at(), ms: rng.int(2_000, 4_000) }
+      : null,
+    reclaimDeletedLater: drawDeletedLater(rng, mix, timeouts, forced, focused),
+    statementAfterReclaimDeleteFails: has(
+      FaultKind.RECLAIM_STATEMENT_AFTER_DELETE_FAILS,
+      mix.reclaimFault / 2,
+    ),
+    // Stack-wide (every other run held out for seconds): rarer still.
+    quietFleet: has(FaultKind.RECLAIM_QUIET_FLEET, mix.reclaimFault / 10),
+    deterministicIdReused: has(FaultKind.RECLAIM_DETERMINISTIC_ID_REUSED, mix.reclaimFault / 2),
   };
 }

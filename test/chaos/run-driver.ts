@@ -7,6 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Database } from '../../functions/adapters/database.ts';
 import type { Queues } from '../../functions/adapters/queues.ts';
+import { deleteInFlightSeconds } from '../../functions/cleanup/guarded-delete.ts';
 import type { AdmittedRun, PlatformSimulator } from '../../infra/local/platform.ts';
 import type { LocalProvisioner } from '../../infra/local/provisioner/server.ts';
 import { preciseNow } from './clock.ts';
@@ -42,6 +43,15 @@ import {
   sendForgedReleases,
 } from './production-faults.ts';
 import type { Rng } from './random.ts';
+import {
+  admitDuringDeleteCarriedOutLater,
+  admitWhileReclaimGuardWaits,
+  failStatementAfterReclaimDelete,
+  type QuietFleet,
+  quietFleet,
+  type ReclaimFaultState,
+  reuseDeterministicIdAfterReclaim,
+} from './reclaim-faults.ts';
 
 export interface RunContext {
   platform: PlatformSimulator;
@@ -67,6 +77,17 @@ export interface RunContext {
   production: ProductionFaultContext;
   /** Stack-wide database episodes: termination storms, connects that never answer. */
   episodes: DatabaseEpisodes;
+  /** The reclaimer runs beside the protocol (the reclaimer's fault kinds need it). */
+  reclaimOn: boolean;
+  /** The reclaimer's grace and interval (RECLAIM_CHAOS_ENV, or `--reclaim-grace`). */
+  reclaimSettings: { graceSeconds: number; intervalSeconds: number };
+  /** What the reclaimer's fault kinds record for their invariants (reclaim-checks.ts). */
+  reclaimFaults: ReclaimFaultState;
+  /** Sees the stack's backends and terminates them (a reclaimer fault). */
+  adminDb: Database;
+  stackApplicationName: string;
+  /** Holds the other runs out for a quiet window. */
+  quiet: QuietFleet;
 }
 
 export interface RunRecord {
@@ -302,6 +323,160 @@ export async function playRun(
     at(atMs, async () => {
       if ((await ctx.episodes.stallConnects(ms, deadlineOf(kind))) > 0) note(kind);
     });
+  }
+  if (plan.repeatableRead) {
+    const { atMs, ms } = plan.repeatableRead;
+    const kind = FaultKind.DB_REPEATABLE_READ_DEFAULT;
+    if (!ctx.reclaimOn) {
+      at(atMs, async () => {
+        if ((await ctx.episodes.repeatableReadDefault(ms, deadlineOf(kind))) > 0) note(kind);
+      });
+    } else if (!scope.retired) {
+      // With the reclaimer: under the setting, an admission races the reclaim guard for the
+      // scope's lock (bug 1), once the run's cleanup is done.
+      inWindow.push(
+        guard('repeatable read', async () => {
+          const until = isForced(kind) ? forcedDeadlineMs : windowEndMs + 30_000;
+          if (!(await ctx.fences.waitCleared([root.runId], Math.max(0, until - preciseNow())))) return;
+          let raced = false;
+          const race = async () => {
+            raced = await admitWhileReclaimGuardWaits(
+              ctx.production,
+              {
+                adminDb: ctx.adminDb,
+                stackApplicationName: ctx.stackApplicationName,
+                graceSeconds: ctx.reclaimSettings.graceSeconds,
+              },
+              scope,
+              root,
+              roots,
+              until,
+            );
+          };
+          const connected = await ctx.episodes.repeatableReadDefault(ms, until, race);
+          if (connected > 0 && raced) note(kind);
+        }),
+      );
+    }
+  }
+  if (plan.reclaimDeletedLater) {
+    const fault = plan.reclaimDeletedLater;
+    if (!ctx.reclaimOn) {
+      if (isForced(fault.kind)) errors.push(`${fault.kind} needs the reclaimer (ChaosOptions.reclaim)`);
+    } else if (!scope.retired) {
+      inWindow.push(
+        guard('delete carried out later', async () => {
+          // After the run's cleanup, whenever it is done: waited for as a forced fault is.
+          if (
+            await admitDuringDeleteCarriedOutLater(
+              ctx.production,
+              scope,
+              root,
+              roots,
+              fault,
+              isForced(fault.kind) ? forcedDeadlineMs : windowEndMs + 30_000,
+            )
+          )
+            note(fault.kind);
+        }),
+      );
+    }
+  }
+  if (plan.statementAfterReclaimDeleteFails) {
+    const kind = FaultKind.RECLAIM_STATEMENT_AFTER_DELETE_FAILS;
+    if (!ctx.reclaimOn) {
+      if (isForced(kind)) errors.push(`${kind} needs the reclaimer (ChaosOptions.reclaim)`);
+    } else {
+      inWindow.push(
+        guard('statement after a reclaim DELETE fails', async () => {
+          const deps = {
+            ctx: ctx.production,
+            lockerDb: ctx.lockerDb,
+            adminDb: ctx.adminDb,
+            stackApplicationName: ctx.stackApplicationName,
+            lockTimeoutMs: ctx.timeouts.databaseLockMs,
+            graceMs: ctx.reclaimSettings.graceSeconds * 1000,
+          };
+          // The leak is reclaimed a grace after it is first listed: waited for as a forced fault is.
+          const until = isForced(kind) ? forcedDeadlineMs : windowEndMs + 30_000;
+          do {
+            const attempts = await failStatementAfterReclaimDelete(deps, scope, until);
+            if (attempts) {
+              ctx.reclaimFaults.lateRecords.push(...attempts);
+              note(kind);
+              return;
+            }
+          } while (isForced(kind) && preciseNow() < until);
+        }),
+      );
+    }
+  }
+  if (plan.quietFleet) {
+    const kind = FaultKind.RECLAIM_QUIET_FLEET;
+    if (!ctx.reclaimOn) {
+      if (isForced(kind)) errors.push(`${kind} needs the reclaimer (ChaosOptions.reclaim)`);
+    } else {
+      inWindow.push(
+        guard('quiet fleet', async () => {
+          // Quiet means this run's own cleanup is over too.
+          const until = isForced(kind) ? forcedDeadlineMs : windowEndMs + 30_000;
+          if (!(await ctx.fences.waitCleared([root.runId], Math.max(0, until - preciseNow())))) return;
+          const reclaim = {
+            graceSeconds: ctx.reclaimSettings.graceSeconds,
+            intervalSeconds: ctx.reclaimSettings.intervalSeconds,
+            // One reclaim's DELETE bound: the listing that finds a leak due still has to delete it.
+            marginMs: ctx.timeouts.runtimeCleanupMs,
+          };
+          do {
+            const window = await quietFleet(
+              { ...ctx.production, adminDb: ctx.adminDb, quiet: ctx.quiet },
+              reclaim,
+              until,
+            );
+            if (window) {
+              ctx.reclaimFaults.quietWindows.push(window);
+              note(kind);
+              return;
+            }
+            await sleep(200);
+          } while (isForced(kind) && preciseNow() < until);
+        }),
+      );
+    }
+  }
+  if (plan.deterministicIdReused) {
+    const kind = FaultKind.RECLAIM_DETERMINISTIC_ID_REUSED;
+    if (!ctx.reclaimOn) {
+      if (isForced(kind)) errors.push(`${kind} needs the reclaimer (ChaosOptions.reclaim)`);
+    } else if (!scope.retired) {
+      inWindow.push(
+        guard('deterministic id reused', async () => {
+          const { runtimeCleanupMs, provisionerDeleteMs, databaseLockMs } = ctx.timeouts;
+          const bounds = {
+            // The reclaim guard's hold: the delete window plus margin, counted from the guard.
+            holdMs:
+              deleteInFlightSeconds(runtimeCleanupMs, provisionerDeleteMs / 1000, databaseLockMs) * 1000,
+            graceMs: ctx.reclaimSettings.graceSeconds * 1000,
+            // The platform's retry interval, plus a second for one record's round trip under load.
+            retryMs: 250,
+            slackMs: 1_000,
+          };
+          const until = isForced(kind) ? forcedDeadlineMs : windowEndMs + 60_000;
+          const attempt = await reuseDeterministicIdAfterReclaim(
+            ctx.production,
+            scope,
+            root,
+            roots,
+            bounds,
+            until,
+          );
+          if (attempt) {
+            ctx.reclaimFaults.reusedIds.push(attempt);
+            note(kind);
+          }
+        }),
+      );
+    }
   }
   const replays: Array<Promise<unknown>> = [];
   for (const replay of plan.replays) {

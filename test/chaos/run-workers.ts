@@ -43,10 +43,14 @@ export async function playAllRuns(input: {
         plan.replays = [];
         plan.recreateSandbox = null;
       }
+      // A quiet window (reclaimer.quiet_fleet) keeps new runs at the door until it is over.
+      await input.context.quiet.enter();
       try {
         records.push(await playRun(input.context, plan, rng));
       } catch (error) {
         input.onHarnessError(`run ${index}: ${(error as Error).stack ?? (error as Error).message}`);
+      } finally {
+        input.context.quiet.leave();
       }
       done += 1;
       input.onRunDone(done);

@@ -6,6 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import {
+  call,
   createSandbox,
   deleteSandbox,
   eventually,
@@ -60,4 +61,50 @@ describe('the provisioner modes the chaos suite uses', () => {
     provisioner.setSandboxMode('platform-1', undefined);
     expect((await deleteSandbox('platform-1', 1)).status).toBe(409);
   });
+
+  it('a sandbox in platform mode is listed without its generation; the others keep theirs', async () => {
+    await createSandbox('platform-2');
+    await createSandbox('contract-2');
+    provisioner.setSandboxMode('platform-2', 'platform');
+    const listed = (await call('GET', '/api/sandboxes')).body.sandboxes as Array<Record<string, unknown>>;
+    const byId = new Map(listed.map((entry) => [entry.sandbox_id, entry]));
+    expect(byId.get('platform-2')).not.toHaveProperty('generation');
+    expect(byId.get('contract-2')).toMatchObject({ generation: 1 });
+  });
+
+  it.each([
+    [202, 'status:202+deleted-later'],
+    [200, 'status:200+deleted-later'],
+  ])(
+    'a %i "deleting" answers at once and deletes later, with a hook awaited at that moment',
+    async (status, label) => {
+      await createSandbox('async-1');
+      provisioner.setFault('async-1', {
+        status,
+        body: '{"status":"deleting"}',
+        contentType: 'application/json',
+        deleteAfterMs: 400,
+        times: 1,
+      });
+      const seenLive: boolean[] = [];
+      const remove = provisioner.onDeferredDelete((info) => {
+        if (info.sandboxId === 'async-1') seenLive.push(provisioner.sandbox('async-1') !== undefined);
+      });
+      const answer = await deleteSandbox('async-1', 1);
+      expect(answer.status).toBe(status);
+      expect(answer.body).toEqual({ status: 'deleting' });
+      expect(provisioner.sandbox('async-1')).toBeDefined();
+
+      await eventually(
+        () => provisioner.sandbox('async-1') === undefined,
+        'the answered DELETE to be carried out',
+      );
+      remove();
+      // The hook ran once, while the sandbox was still there: a check at the moment it really goes.
+      expect(seenLive).toEqual([true]);
+      const entry = provisioner.audit().find((candidate) => candidate.method === 'DELETE');
+      expect(entry).toMatchObject({ outcome: 'answered', status, fault: label, deletedGeneration: 1 });
+      expect(entry!.deletedAt! - entry!.endedAt!).toBeGreaterThanOrEqual(300);
+    },
+  );
 });

@@ -60,7 +60,7 @@ export function getSandbox(registry: SandboxRegistry, sandboxId: string, urlOf: 
 export function listSandboxes(
   registry: SandboxRegistry,
   urlOf: SandboxUrlOf,
-  mode: ProvisionerMode,
+  modeOf: (sandboxId: string) => ProvisionerMode,
 ): ApiAnswer {
   const sandboxes = registry.list().map((sandbox) => {
     const body = {
@@ -70,7 +70,9 @@ export function listSandboxes(
       // When this container was created: a container created again under the same id differs.
       created_at: new Date(sandbox.createdAt).toISOString(),
     };
-    return mode === PROVISIONER_MODE.platform ? body : { ...body, generation: sandbox.generation };
+    return modeOf(sandbox.id) === PROVISIONER_MODE.platform
+      ? body
+      : { ...body, generation: sandbox.generation };
   });
   return { status: 200, body: { sandboxes, count: sandboxes.length } };
 }

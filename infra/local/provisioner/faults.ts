@@ -36,7 +36,10 @@ const scope = {
  *   is cleared; a request released by clearing is then handled normally.
  * - `status` (+ `body`, `contentType`, `retryAfter`): answer that status without touching the
  *   sandbox: a 429 or 503 with a Retry-After, a catch-all server's 200 with an HTML page
- *   (`contentType: 'text/html'`) or an empty body (`body: ''`).
+ *   (`contentType: 'text/html'`) or an empty body (`body: ''`). With `deleteAfterMs` (a DELETE
+ *   only), the sandbox is deleted for real that long after the answer: a provisioner that answers
+ *   `202` or `200 {"status":"deleting"}` and carries the delete out later, as an asynchronous one
+ *   does (the audit entry's `deletedAt` then comes after its `endedAt`).
  * - `gone`: handle for real (the sandbox is deleted), then answer 410 where the real answer was
  *   200 or 404: a provisioner that reports a removed sandbox as gone.
  * - `reset`: destroy the connection without answering. With `afterHandling`, the request is
@@ -57,6 +60,7 @@ export const faultSchema = z.union([
     body: z.string().optional(),
     contentType: z.string().min(1).max(200).optional(),
     retryAfter: retryAfterSchema.optional(),
+    deleteAfterMs: z.number().int().nonnegative().optional(),
     ...scope,
   }),
   z.strictObject({ gone: z.literal(true), ...scope }),
@@ -100,6 +104,8 @@ export type FaultAction =
       readonly body: string | undefined;
       readonly contentType?: string | undefined;
       readonly retryAfter?: RetryAfterFault | undefined;
+      /** Carry a DELETE out for real this long after the answer. */
+      readonly deleteAfterMs?: number | undefined;
     }
   | { readonly kind: 'gone' }
   | { readonly kind: 'reset'; readonly afterHandling: boolean }
@@ -286,6 +292,7 @@ function toAction(fault: Fault): FaultAction {
       body: fault.body,
       contentType: fault.contentType,
       retryAfter: fault.retryAfter,
+      deleteAfterMs: fault.deleteAfterMs,
     };
   }
   if ('gone' in fault) return { kind: 'gone' };
@@ -298,7 +305,7 @@ function toAction(fault: Fault): FaultAction {
 function labelOf(action: FaultAction): string {
   switch (action.kind) {
     case 'status':
-      return `status:${action.status}${action.retryAfter === undefined ? '' : '+retry-after'}`;
+      return `status:${action.status}${action.retryAfter === undefined ? '' : '+retry-after'}${action.deleteAfterMs === undefined ? '' : '+deleted-later'}`;
     case 'conflict':
       return `conflict:${action.currentGeneration}`;
     case 'reset':

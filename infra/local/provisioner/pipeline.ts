@@ -30,6 +30,7 @@ import {
   AUDIT_OUTCOME,
   type AuditEntry,
   type ProvisionerMode,
+  type RequestInfo,
   type RequestListener,
 } from './types.ts';
 
@@ -51,12 +52,14 @@ export interface PipelineDependencies {
   readonly urlOf: SandboxUrlOf;
   readonly mode: ProvisionerMode;
   /**
-   * The mode one sandbox's DELETE is served in: the provisioner's own, unless a test put that
+   * The mode one sandbox's DELETE and listing entry are served in: the provisioner's own, unless a test put that
    * sandbox in the other (the chaos suite serves one scope as the platform's provisioner would).
    */
   readonly modeOf?: (sandboxId: string) => ProvisionerMode;
   /** When set, every API request must carry `Authorization: Bearer <token>`; others get a 401. */
   readonly token?: string;
+  /** Hooks awaited before a DELETE answered earlier (`deleteAfterMs`) is carried out. */
+  readonly deferredListeners?: ReadonlySet<RequestListener>;
 }
 
 /**
@@ -70,6 +73,8 @@ export interface PipelineDependencies {
 export function createApiPipeline(deps: PipelineDependencies) {
   const { registry, faults, audit, listeners, urlOf, mode } = deps;
   const modeOf = deps.modeOf ?? (() => mode);
+  /** DELETEs answered and still to be carried out (`deleteAfterMs`); cancelled at stop. */
+  const deferred = new Set<NodeJS.Timeout>();
 
   async function serve(api: ApiRequest, response: ServerResponse, query: URLSearchParams): Promise<void> {
     const { entry, request } = api;
@@ -105,7 +110,12 @@ export function createApiPipeline(deps: PipelineDependencies) {
 
       const decision = faults.pick(entry.method as ApiMethod, sandboxId);
       if (decision) entry.fault = decision.label;
-      if (!(await applyFaultBeforeHandling(api, response, decision))) return;
+      if (!(await applyFaultBeforeHandling(api, response, decision))) {
+        if (decision?.action.kind === 'status' && decision.action.deleteAfterMs !== undefined) {
+          if (route.kind === 'delete-sandbox') deleteLater(entry, route, info, decision.action.deleteAfterMs);
+        }
+        return;
+      }
 
       const answer = await answerRoute(route, createBody);
       if (answer.deletedGeneration !== undefined) {
@@ -171,6 +181,35 @@ export function createApiPipeline(deps: PipelineDependencies) {
     }
   }
 
+  /**
+   * Carries a DELETE out `ms` after it was answered, whether or not its client still listens: the
+   * provisioner that answered 202 keeps its word later. The audit entry says when.
+   */
+  function deleteLater(
+    entry: AuditEntry,
+    route: Extract<Route, { kind: 'delete-sandbox' }>,
+    info: RequestInfo,
+    ms: number,
+  ): void {
+    const timer = setTimeout(() => {
+      deferred.delete(timer);
+      void (async () => {
+        for (const listener of deps.deferredListeners ?? []) await listener(info);
+        const answer = await deleteSandbox(
+          registry,
+          route.sandboxId,
+          route.generation,
+          modeOf(route.sandboxId),
+        );
+        if (answer.deletedGeneration !== undefined) {
+          entry.deletedGeneration = answer.deletedGeneration;
+          entry.deletedAt = performance.timeOrigin + performance.now();
+        }
+      })().catch(() => {});
+    }, ms);
+    deferred.add(timer);
+  }
+
   async function answerRoute(route: Route, createBody: CreateSandboxBody | undefined): Promise<ApiAnswer> {
     switch (route.kind) {
       case 'create-sandbox':
@@ -178,7 +217,7 @@ export function createApiPipeline(deps: PipelineDependencies) {
       case 'get-sandbox':
         return getSandbox(registry, route.sandboxId, urlOf);
       case 'list-live-sandboxes':
-        return listSandboxes(registry, urlOf, mode);
+        return listSandboxes(registry, urlOf, modeOf);
       case 'delete-sandbox':
         return deleteSandbox(registry, route.sandboxId, route.generation, modeOf(route.sandboxId));
       default:
@@ -211,7 +250,13 @@ export function createApiPipeline(deps: PipelineDependencies) {
     }
   }
 
-  return { serve };
+  /** Drops the deletes still to be carried out (the provisioner is stopping). */
+  function cancelDeferred(): void {
+    for (const timer of deferred) clearTimeout(timer);
+    deferred.clear();
+  }
+
+  return { serve, cancelDeferred };
 }
 
 /** Whether the request's Authorization header is `Bearer <token>` (compared in constant time). */

@@ -65,9 +65,10 @@ export interface LocalProvisioner {
   readonly rootDir: string;
   readonly mode: ProvisionerMode;
   /**
-   * Serves the DELETEs of one sandbox id in another mode than the provisioner's (undefined goes
-   * back to the provisioner's own): the chaos suite puts one scope behind the platform's
-   * generation-blind DELETE while the rest keeps the contract's.
+   * Serves the DELETEs and the listing entry of one sandbox id in another mode than the
+   * provisioner's (undefined goes back to the provisioner's own): the chaos suite puts one scope
+   * behind the platform's generation-blind DELETE and generation-less listing while the rest keeps
+   * the contract's.
    */
   setSandboxMode(sandboxId: string, mode: ProvisionerMode | undefined): void;
   /** Adds a fault for a sandbox id, or for every request with `'*'`. */
@@ -84,6 +85,11 @@ export interface LocalProvisioner {
   waitForRequest(predicate: (entry: AuditEntry) => boolean, timeoutMs: number): Promise<AuditEntry>;
   /** Registers a hook awaited on each sandbox API request before it is handled; returns its remover. */
   onRequest(listener: RequestListener): () => void;
+  /**
+   * Registers a hook awaited before a DELETE answered earlier (a `status` fault with
+   * `deleteAfterMs`) is carried out: the moment the sandbox really goes; returns its remover.
+   */
+  onDeferredDelete(listener: RequestListener): () => void;
   /** The live sandbox of this id. */
   sandbox(sandboxId: string): SandboxInfo | undefined;
   liveSandboxes(): SandboxInfo[];
@@ -122,6 +128,7 @@ export async function startProvisioner(options: ProvisionerOptions): Promise<Loc
   const faults = new FaultTable(options.seed ?? 1);
   const audit = new AuditLog(options.auditLimit ?? 10_000);
   const listeners = new Set<RequestListener>();
+  const deferredListeners = new Set<RequestListener>();
   const active = new Set<ApiRequest>();
   let baseUrl = '';
   const urlOf: SandboxUrlOf = (sandboxId) => `${baseUrl}/sandboxes/${encodeURIComponent(sandboxId)}`;
@@ -136,6 +143,7 @@ export async function startProvisioner(options: ProvisionerOptions): Promise<Loc
     urlOf,
     mode,
     modeOf,
+    deferredListeners,
     ...(options.token !== undefined ? { token: options.token } : {}),
   });
 
@@ -199,6 +207,7 @@ export async function startProvisioner(options: ProvisionerOptions): Promise<Loc
       context.request.socket.destroy();
     }
     server.closeAllConnections();
+    pipeline.cancelDeferred();
     await registry.stop();
     await closed;
   }
@@ -231,6 +240,10 @@ export async function startProvisioner(options: ProvisionerOptions): Promise<Loc
     onRequest(listener) {
       listeners.add(listener);
       return () => listeners.delete(listener);
+    },
+    onDeferredDelete(listener) {
+      deferredListeners.add(listener);
+      return () => deferredListeners.delete(listener);
     },
     sandbox: (sandboxId) => registry.get(sandboxId),
     liveSandboxes: () => registry.list(),

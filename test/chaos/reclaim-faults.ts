@@ -1,0 +1,618 @@
+/**
+ * The faults that would have found the reclaimer's bugs (issue 21), played inside a run's fault
+ * window while the reclaimer runs beside the fence protocol (reclaim-chaos.ts). Each is modelled as
+ * the outside world would do it — a provisioner, the platform, the database's configuration:
+ *
+ * - RECLAIM_DELETE_202_CARRIED_OUT_LATER / …_200_DELETING_…: once the run's cleanup is done, the
+ *   scope's next admission crashes between POST and record (its sandbox id created again, never
+ *   recorded): a leak of the scope. The provisioner answers the reclaimer's DELETE of it with 202
+ *   (or 200 `{"status":"deleting"}`) and deletes the container only later. Right after the answer
+ *   the platform admits a run into the scope the documented way: if admission lets it, the POST
+ *   reuses the live container and the run works in it until the late delete lands. Invariant GC
+ *   judges that delete at the moment it is carried out (reclaim-chaos.ts): reclaimer bug 2 ended
+ *   the quarantine at the answer, and this run lost its container.
+ */
+import { randomUUID } from 'node:crypto';
+import type { Database } from '../../functions/adapters/database.ts';
+import type { AdmittedRun } from '../../infra/local/platform.ts';
+import { type AuditEntry, PROVISIONER_MODE } from '../../infra/local/provisioner/types.ts';
+import { preciseNow } from './clock.ts';
+import type { RunPlan } from './plan.ts';
+import type { ScopeState } from './platform-ops.ts';
+import type { ProductionFaultContext } from './production-faults.ts';
+
+/** What the reclaimer's faults leave for the final checks (reclaim-checks.ts). */
+export interface ReclaimFaultState {
+  lateRecords: LateRecordAttempt[];
+  quietWindows: QuietWindow[];
+  reusedIds: ReusedIdAttempt[];
+}
+
+export function newReclaimFaultState(): ReclaimFaultState {
+  return { lateRecords: [], quietWindows: [], reusedIds: [] };
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
+const left = (deadlineMs: number) => Math.max(0, deadlineMs - preciseNow());
+
+/** What became of one leak whose reclaim DELETE was answered early. */
+export interface DeletedLaterAttempt {
+  /** The platform tried to admit a run while the delete was still pending at the provisioner. */
+  admittedWhilePending: boolean | undefined;
+  /** The run admitted (a bug: it was handed the container being deleted), if any. */
+  admittedRunId: string | undefined;
+  /** The provisioner carried the delete out. */
+  carriedOut: boolean;
+}
+
+/**
+ * After the run's fence cleared: a leak of the scope, its reclaim DELETE answered early and carried
+ * out later, and an admission into the scope while it is pending. Repeated until that happened
+ * once (an admission that came only after the late delete proves nothing) or the deadline passed.
+ * Returns whether it happened.
+ */
+export async function admitDuringDeleteCarriedOutLater(
+  ctx: ProductionFaultContext,
+  scope: ScopeState,
+  root: AdmittedRun,
+  roots: AdmittedRun[],
+  fault: NonNullable<RunPlan['reclaimDeletedLater']>,
+  deadlineMs: number,
+): Promise<boolean> {
+  if (!(await ctx.fences.waitCleared([root.runId], left(deadlineMs)))) return false;
+  while (preciseNow() < deadlineMs) {
+    const attempt = await leakOnce(ctx, scope, root.sandboxId, roots, fault, deadlineMs);
+    if (attempt?.admittedWhilePending && attempt.carriedOut) return true;
+  }
+  return false;
+}
+
+async function leakOnce(
+  ctx: ProductionFaultContext,
+  scope: ScopeState,
+  sandboxId: string,
+  roots: AdmittedRun[],
+  fault: NonNullable<RunPlan['reclaimDeletedLater']>,
+  deadlineMs: number,
+): Promise<DeletedLaterAttempt | undefined> {
+  const { provisioner } = ctx;
+  // A sandbox of the scope still live (a lost delete of another fault) would be this leak.
+  if (provisioner.sandbox(sandboxId) !== undefined) {
+    await sleep(200);
+    return undefined;
+  }
+  const lastSeq = Math.max(0, ...provisioner.audit().map((entry) => entry.seq));
+  provisioner.setFault(sandboxId, {
+    status: fault.status,
+    body: '{"status":"deleting"}',
+    contentType: 'application/json',
+    deleteAfterMs: fault.deleteAfterMs,
+    times: 1,
+  });
+  try {
+    // The scope's next admission crashed between the POST and the record: the id the platform
+    // derives for the scope, created again, recorded nowhere.
+    const response = await fetch(new URL('/api/sandboxes', ctx.provisionerUrl), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ sandbox_id: sandboxId, thread_id: scope.ref.threadId, user_id: scope.ref.uid }),
+      signal: AbortSignal.timeout(5_000),
+    });
+    await response.body?.cancel();
+    if (response.status !== 200 && response.status !== 201) {
+      throw new Error(`the provisioner refused the scope's leak: ${response.status}`);
+    }
+    let arrived: AuditEntry;
+    try {
+      arrived = await provisioner.waitForRequest(
+        (entry) => entry.method === 'DELETE' && entry.sandboxId === sandboxId && entry.seq > lastSeq,
+        left(deadlineMs),
+      );
+    } catch {
+      return undefined;
+    }
+    const entryOf = () => provisioner.audit().find((entry) => entry.seq === arrived.seq);
+    while (entryOf()?.outcome === 'pending' && preciseNow() < deadlineMs) await sleep(10);
+    const answered = entryOf();
+    if (!answered?.fault?.endsWith('+deleted-later')) return undefined;
+    // The platform admits the scope's next run as soon as admission lets it.
+    const attemptedAtMs = preciseNow();
+    const next = await ctx.platform.admitRootRun(scope.ref);
+    const carriedOutAt = () => entryOf()?.deletedAt;
+    if (next) {
+      ctx.scopes.noteSandbox(scope, next.sandboxId);
+      roots.push(next);
+    }
+    // The run (if any) works in the container it was handed until the late delete is over.
+    const settleBy = preciseNow() + fault.deleteAfterMs + 5_000;
+    while (
+      carriedOutAt() === undefined &&
+      provisioner.sandbox(sandboxId) !== undefined &&
+      preciseNow() < settleBy
+    ) {
+      await sleep(50);
+    }
+    if (next) await ctx.platform.finishRun(next.runId, 'completed');
+    const deletedAt = carriedOutAt();
+    return {
+      admittedWhilePending: deletedAt === undefined ? undefined : attemptedAtMs < deletedAt,
+      admittedRunId: next?.runId,
+      carriedOut: deletedAt !== undefined,
+    };
+  } finally {
+    provisioner.clearFaults(sandboxId);
+  }
+}
+
+// --- the statement after a reclaim DELETE fails ------------------------------------------------
+
+/** A record of a reclaimed (sandbox, generation) tried after the reclaim DELETE deleted it. */
+export interface LateRecordAttempt {
+  sandboxId: string;
+  generation: number;
+  /**
+   * `while-in-flight`: right after the DELETE, the guard's in-flight record still up;
+   * `after-in-flight`: after it, within the grace, where only the tombstone refuses.
+   */
+  phase: 'while-in-flight' | 'after-in-flight';
+  /** How the statement that ends the reclaim attempt failed: 'terminated' or 'lock_timeout'. */
+  settleFailedBy: string;
+  /** From the DELETE's answer to the record attempt. */
+  msAfterDelete: number;
+  /** The record's refusal (SQLSTATE and message), or null when it was accepted. */
+  refusal: { code: string | undefined; message: string } | null;
+}
+
+/** The stack's backend running the statement that ends a reclaim attempt, if one is at it. */
+const END_RECLAIM_BACKEND = `
+  SELECT pid FROM pg_stat_activity
+  WHERE datname = current_database() AND application_name = $1::text AND state = 'active'
+    AND query LIKE '%runtime_cleanup_end_reclaim(%' AND pid <> pg_backend_pid()
+  LIMIT 1`;
+const TERMINATE = 'SELECT pg_terminate_backend($1::int) AS terminated';
+/** The row the end statement must write: the sighting the guard stamped with its in-flight record. */
+const LOCK_SIGHTING = 'SELECT 1 FROM runtime_reclaim_sightings WHERE sandbox_id = $1::text FOR UPDATE';
+const IN_FLIGHT_LEFT_MS = `
+  SELECT greatest(0, extract(epoch FROM reclaim_in_flight_until - clock_timestamp()) * 1000)::float8 AS left_ms
+  FROM runtime_reclaim_sightings WHERE sandbox_id = $1::text`;
+const SIGHTING_IN_FLIGHT = `
+  SELECT reclaim_in_flight_token IS NOT NULL AS in_flight FROM runtime_reclaim_sightings WHERE sandbox_id = $1::text`;
+
+export interface SettleFailureDeps {
+  ctx: ProductionFaultContext;
+  /** Holds the sighting's row lock for the length of the fault. */
+  lockerDb: Database;
+  /** Looks for the stack's backend and terminates it. */
+  adminDb: Database;
+  stackApplicationName: string;
+  lockTimeoutMs: number;
+  /** The reclaimer's grace: the tombstone refuses the deleted generation that long after the guard. */
+  graceMs: number;
+}
+
+/**
+ * A leak injected for the fault; its reclaim DELETE is carried out (a confirmation), and the
+ * statement after it — the one that ends the attempt's records — fails: the sighting's row is held
+ * so the statement waits, and its backend is terminated while it does (or, missed, it fails on its
+ * lock timeout). Then the platform records the reclaimed (sandbox, generation), as one handed the
+ * deleted container by a POST during the DELETE would: the tombstone laid before the DELETE must
+ * refuse it (invariant K). Returns the attempt, or undefined if the moment never came.
+ */
+export async function failStatementAfterReclaimDelete(
+  deps: SettleFailureDeps,
+  scope: ScopeState,
+  deadlineMs: number,
+): Promise<LateRecordAttempt[] | undefined> {
+  const { ctx, lockerDb, adminDb } = deps;
+  const { provisioner } = ctx;
+  const sandboxId = `sbx-leaked-late-${randomUUID().slice(0, 12)}`;
+  // Held a moment at the provisioner, so the sighting's row is locked before the answer.
+  provisioner.setFault(sandboxId, { latencyMs: 300, times: 1 });
+  try {
+    const response = await fetch(new URL('/api/sandboxes', ctx.provisionerUrl), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ sandbox_id: sandboxId, thread_id: scope.ref.threadId, user_id: scope.ref.uid }),
+      signal: AbortSignal.timeout(5_000),
+    });
+    await response.body?.cancel();
+    if (response.status !== 200 && response.status !== 201) {
+      throw new Error(`the provisioner refused the leak: ${response.status}`);
+    }
+    let arrived: AuditEntry;
+    try {
+      arrived = await provisioner.waitForRequest(
+        (entry) => entry.method === 'DELETE' && entry.sandboxId === sandboxId,
+        left(deadlineMs),
+      );
+    } catch {
+      return undefined;
+    }
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let locked!: () => void;
+    const lockHeld = new Promise<void>((resolve) => {
+      locked = resolve;
+    });
+    const holding = lockerDb
+      .withTransaction(async (tx) => {
+        await tx.query(LOCK_SIGHTING, [sandboxId]);
+        locked();
+        await released;
+      })
+      .catch(() => locked());
+    let settleFailedBy: string | undefined;
+    try {
+      await lockHeld;
+      const entryOf = () => provisioner.audit().find((entry) => entry.seq === arrived.seq);
+      while (entryOf()?.outcome === 'pending' && preciseNow() < deadlineMs) await sleep(10);
+      const answeredAtMs = entryOf()?.endedAt ?? preciseNow();
+      // The end statement waits for the row; catch it there (it gives up on its lock timeout).
+      while (settleFailedBy === undefined && preciseNow() < answeredAtMs + deps.lockTimeoutMs + 2_000) {
+        const { rows } = await adminDb.query<{ pid: number }>(END_RECLAIM_BACKEND, [
+          deps.stackApplicationName,
+        ]);
+        if (rows[0]) {
+          const result = await adminDb.query<{ terminated: boolean }>(TERMINATE, [rows[0].pid]);
+          if (result.rows[0]?.terminated) settleFailedBy = 'terminated';
+        } else await sleep(5);
+      }
+    } finally {
+      release();
+      await holding;
+    }
+    const deleted = provisioner.audit().find((entry) => entry.seq === arrived.seq);
+    if (deleted?.deletedGeneration === undefined) return undefined;
+    // Not caught (the statement gave up on its lock first) — it failed all the same, if it left
+    // the guard's in-flight record behind.
+    if (settleFailedBy === undefined) {
+      const { rows } = await adminDb.query<{ in_flight: boolean }>(SIGHTING_IN_FLIGHT, [sandboxId]);
+      if (!rows[0]?.in_flight) return undefined;
+      settleFailedBy = 'lock_timeout';
+    }
+    ctx.scopes.noteSandbox(scope, sandboxId);
+    const generation = deleted.deletedGeneration;
+    const failedBy = settleFailedBy;
+    const lateRecord = async (phase: LateRecordAttempt['phase']): Promise<LateRecordAttempt> => {
+      const recordedAtMs = preciseNow();
+      let refusal: LateRecordAttempt['refusal'] = null;
+      try {
+        await ctx.platform.recordSandbox(scope.ref, { sandboxId, generation });
+      } catch (error) {
+        refusal = { code: (error as { code?: string }).code, message: (error as Error).message };
+      }
+      const msAfterDelete = Math.round(recordedAtMs - (deleted.deletedAt ?? recordedAtMs));
+      return { sandboxId, generation, phase, settleFailedBy: failedBy, msAfterDelete, refusal };
+    };
+    const attempts = [await lateRecord('while-in-flight')];
+    // Once the guard's in-flight record is over, only the tombstone (laid by the guard, the listing
+    // having named the generation) refuses, until a grace after the guard: with a grace longer than
+    // the hold (`--reclaim-grace`), that moment exists, and a record then must still be refused.
+    const { rows } = await adminDb.query<{ left_ms: number | null }>(IN_FLIGHT_LEFT_MS, [sandboxId]);
+    const inFlightLeftMs = rows[0]?.left_ms ?? 0;
+    if (deps.graceMs > inFlightLeftMs + (preciseNow() - (deleted.deletedAt ?? preciseNow())) + 3_000) {
+      await sleep(inFlightLeftMs + 500);
+      attempts.push(await lateRecord('after-in-flight'));
+    }
+    return attempts;
+  } finally {
+    provisioner.clearFaults(sandboxId);
+  }
+}
+
+// --- a quiet fleet ------------------------------------------------------------------------------
+
+/** One leak of a quiet window: created when no run was active, gone (reclaimed) when seen gone. */
+export interface QuietLeak {
+  sandboxId: string;
+  createdAtMs: number;
+  goneAtMs: number | undefined;
+}
+
+/** A window in which no run was active and only leaks were live (reclaim-checks.ts, invariant Q). */
+export interface QuietWindow {
+  startedAtMs: number;
+  leaks: QuietLeak[];
+  /** grace + two intervals + the margin: by when each leak must be gone. */
+  boundMs: number;
+}
+
+const ACTIVE_RUNS =
+  'SELECT count(*)::int AS n FROM agent_runs WHERE runtime_cleanup_status_is_active(status)';
+
+/**
+ * Holds every other run out of the stack for a while: runs enter and leave (run-workers.ts), and a
+ * quiet window waits until it is the only run left, keeps new ones waiting, and lets them go after.
+ */
+export class QuietFleet {
+  #active = 0;
+  #closed: Promise<void> | undefined;
+
+  async enter(): Promise<void> {
+    while (this.#closed) await this.#closed;
+    this.#active += 1;
+  }
+
+  leave(): void {
+    this.#active -= 1;
+  }
+
+  /**
+   * Runs `work` once every other run has left (up to `deadlineMs`), with new runs held at the
+   * door; undefined if another window is under way or the others did not leave in time.
+   */
+  async alone<T>(work: () => Promise<T>, deadlineMs: number): Promise<T | undefined> {
+    if (this.#closed) return undefined;
+    let open!: () => void;
+    this.#closed = new Promise((resolve) => {
+      open = resolve;
+    });
+    try {
+      while (this.#active > 1 && preciseNow() < deadlineMs) await sleep(50);
+      if (this.#active > 1) return undefined;
+      return await work();
+    } finally {
+      this.#closed = undefined;
+      open();
+    }
+  }
+}
+
+/**
+ * A quiet night: every other run ended, no run active in the database, and then only leaks are
+ * live — a few created now beside whatever the leak injection adds. The reclaimer runs with the
+ * product's brakes (RECLAIM_CHAOS_ENV leaves RECLAIM_MAX_SHARE_PERCENT at its default), which
+ * refuse such a listing on their own (no listed sandbox is recorded anywhere); the pairing evidence
+ * of the busy hours must lift them. Each leak is watched until it is gone or long past its bound.
+ */
+export async function quietFleet(
+  ctx: ProductionFaultContext & { adminDb: Database; quiet: QuietFleet },
+  reclaim: { graceSeconds: number; intervalSeconds: number; marginMs: number },
+  deadlineMs: number,
+): Promise<QuietWindow | undefined> {
+  return ctx.quiet.alone(async () => {
+    // The database agrees: no active run (the runs that left ended theirs).
+    while ((await ctx.adminDb.query<{ n: number }>(ACTIVE_RUNS)).rows[0]!.n > 0) {
+      if (preciseNow() >= deadlineMs) return undefined;
+      await sleep(100);
+    }
+    const boundMs = (reclaim.graceSeconds + 2 * reclaim.intervalSeconds) * 1000 + reclaim.marginMs;
+    const window: QuietWindow = { startedAtMs: preciseNow(), leaks: [], boundMs };
+    for (let i = 0; i < 3; i += 1) {
+      const sandboxId = `sbx-quiet-${randomUUID().slice(0, 12)}`;
+      const response = await fetch(new URL('/api/sandboxes', ctx.provisionerUrl), {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ sandbox_id: sandboxId, thread_id: 'crashed-before-record', user_id: 'night' }),
+        signal: AbortSignal.timeout(5_000),
+      });
+      await response.body?.cancel();
+      if (response.status !== 200 && response.status !== 201) {
+        throw new Error(`the provisioner refused a quiet-night leak: ${response.status}`);
+      }
+      window.leaks.push({ sandboxId, createdAtMs: preciseNow(), goneAtMs: undefined });
+    }
+    // Watched past the bound (so a late reclaim is measured, not just missed), the runs held meanwhile.
+    const watchUntil = preciseNow() + boundMs + 5_000;
+    while (window.leaks.some((leak) => leak.goneAtMs === undefined) && preciseNow() < watchUntil) {
+      await sleep(50);
+      for (const leak of window.leaks) {
+        if (leak.goneAtMs === undefined && ctx.provisioner.sandbox(leak.sandboxId) === undefined) {
+          leak.goneAtMs = preciseNow();
+        }
+      }
+    }
+    return window;
+  }, deadlineMs);
+}
+
+// --- a deterministic id reused after a reclaim -------------------------------------------------
+
+/** The conversation's next container after its deterministic id was reclaimed (invariant N). */
+export interface ReusedIdAttempt {
+  sandboxId: string;
+  /** When the reclaim DELETE deleted the container (the provisioner's clock, preciseNow). */
+  deletedAtMs: number;
+  /** When the record of the next container was accepted, or undefined if never by the deadline. */
+  acceptedAtMs: number | undefined;
+  /** Records refused before (the reclaim's refusal while its DELETE may still act). */
+  refused: number;
+  /** The delete window plus margin (the reclaim guard's hold): by when the record must be accepted. */
+  boundMs: number;
+  /** The reclaimer's grace, for the report: a lockout that long is reclaimer bug 7. */
+  graceMs: number;
+}
+
+const SCOPE_ROW = `
+  SELECT generation::int AS generation FROM sandbox_runtimes WHERE uid = $1::text AND runtime_scope_id = $2::text`;
+
+/**
+ * After the run's cleanup: its scope's id (derived from the scope, as a platform derives it from the
+ * conversation) served as the platform's provisioner serves it — no generation in the listing, a
+ * DELETE that ignores it — and a container created under it again and never recorded (a crashed
+ * admission). Once the reclaimer deleted it, the conversation's next run records the id with the
+ * generation the platform counts itself (docs/integration.md, step 3), retrying on 55006, until
+ * accepted; then it is admitted with that sandbox, works, and ends (its cleanup deletes it).
+ *
+ * The record is tried before its POST: with the chaos grace (2 s) shorter than the delete window,
+ * a container POSTed first and left waiting would itself be reclaimed and the wait start again
+ * (in production the grace is hours). The refusal depends on the id and the time only.
+ */
+export async function reuseDeterministicIdAfterReclaim(
+  ctx: ProductionFaultContext,
+  scope: ScopeState,
+  root: AdmittedRun,
+  roots: AdmittedRun[],
+  bounds: { holdMs: number; graceMs: number; retryMs: number; slackMs: number },
+  deadlineMs: number,
+): Promise<ReusedIdAttempt | undefined> {
+  const { provisioner, platform } = ctx;
+  const sandboxId = root.sandboxId;
+  if (!(await ctx.fences.waitCleared([root.runId], left(deadlineMs)))) return undefined;
+  if (provisioner.sandbox(sandboxId) !== undefined) return undefined;
+  provisioner.setSandboxMode(sandboxId, PROVISIONER_MODE.platform);
+  try {
+    const lastSeq = Math.max(0, ...provisioner.audit().map((entry) => entry.seq));
+    const response = await fetch(new URL('/api/sandboxes', ctx.provisionerUrl), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ sandbox_id: sandboxId, thread_id: scope.ref.threadId, user_id: scope.ref.uid }),
+      signal: AbortSignal.timeout(5_000),
+    });
+    await response.body?.cancel();
+    if (response.status !== 200 && response.status !== 201) return undefined;
+    // The reclaimer's DELETE (nothing else deletes it: no run, no fence), carried out.
+    const deletedBy = () =>
+      provisioner
+        .audit()
+        .find(
+          (entry) =>
+            entry.seq > lastSeq &&
+            entry.method === 'DELETE' &&
+            entry.sandboxId === sandboxId &&
+            entry.deletedAt !== undefined,
+        );
+    while (deletedBy() === undefined && preciseNow() < deadlineMs) await sleep(50);
+    const deleted = deletedBy();
+    if (deleted?.deletedAt === undefined) return undefined;
+    const attempt: ReusedIdAttempt = {
+      sandboxId,
+      deletedAtMs: deleted.deletedAt,
+      acceptedAtMs: undefined,
+      refused: 0,
+      boundMs: bounds.holdMs + bounds.retryMs + bounds.slackMs,
+      graceMs: bounds.graceMs,
+    };
+    const current = (
+      await ctx.operatorDb.query<{ generation: number }>(SCOPE_ROW, [scope.ref.uid, scope.ref.runtimeScopeId])
+    ).rows[0];
+    const generation = (current?.generation ?? 0) + 1;
+    // Tried past the bound, so a longer lockout is measured, not only missed.
+    const giveUpAt = Math.min(deadlineMs, deleted.deletedAt + attempt.boundMs + bounds.graceMs + 5_000);
+    while (preciseNow() < giveUpAt) {
+      try {
+        await platform.recordSandbox(scope.ref, { sandboxId, generation });
+        attempt.acceptedAtMs = preciseNow();
+        break;
+      } catch (error) {
+        if ((error as { code?: string }).code !== '55006') throw error;
+        attempt.refused += 1;
+        await sleep(bounds.retryMs);
+      }
+    }
+    if (attempt.acceptedAtMs !== undefined) {
+      // The conversation's run: the container POSTed, then recorded as that POST answered it (the
+      // generation the local provisioner counts, which its release DELETE then names), as
+      // docs/integration.md asks after a 55006.
+      const created = await fetch(new URL('/api/sandboxes', ctx.provisionerUrl), {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          sandbox_id: sandboxId,
+          thread_id: scope.ref.threadId,
+          user_id: scope.ref.uid,
+        }),
+        signal: AbortSignal.timeout(5_000),
+      });
+      const answered = ((await created.json()) as { generation?: number }).generation ?? generation;
+      const next = await platform.admitRootRun(scope.ref, {
+        recordedSandbox: { sandboxId, generation: answered },
+      });
+      if (next) {
+        ctx.scopes.noteSandbox(scope, sandboxId);
+        roots.push(next);
+        await platform.finishRun(next.runId, 'completed');
+        await ctx.fences.waitCleared([next.runId], left(deadlineMs));
+      }
+    }
+    return attempt;
+  } finally {
+    provisioner.setSandboxMode(sandboxId, undefined);
+  }
+}
+
+// --- an admission racing the reclaim guard, under REPEATABLE READ -------------------------------
+
+const SIGHTING_DUE = `
+  SELECT first_seen_at <= now() - make_interval(secs => $2::float8) AS due
+  FROM runtime_reclaim_sightings WHERE sandbox_id = $1::text`;
+const RUNNING_IN_SCOPE = `
+  SELECT id FROM agent_runs WHERE uid = $1::text AND runtime_scope_id = $2::text AND status = 'running'`;
+/** A backend of the stack waiting for an advisory lock (the reclaim guard, for the scope's). */
+const STACK_WAITS_FOR_ADVISORY_LOCK = `
+  SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+  WHERE l.locktype = 'advisory' AND NOT l.granted AND a.application_name = $1::text
+    AND a.datname = current_database()`;
+
+/**
+ * Reclaimer bug 1's race, played for real: after the run's cleanup, its scope's id is created again
+ * and never recorded (a leak the scope's row names). Once the leak is due, the platform admits a run
+ * into the scope the documented way — its transaction takes the scope's lock and inserts the run —
+ * and holds the lock until a stack backend is seen waiting for an advisory lock (the reclaim guard,
+ * for the scope's), then commits. A guard whose snapshot predates its lock (REPEATABLE READ) sees
+ * the scope idle and deletes the container the admitted run is then handed (its POST reuses it):
+ * invariant GC at the DELETE's arrival. Returns whether the guard was seen waiting.
+ */
+export async function admitWhileReclaimGuardWaits(
+  ctx: ProductionFaultContext,
+  deps: { adminDb: Database; stackApplicationName: string; graceSeconds: number },
+  scope: ScopeState,
+  root: AdmittedRun,
+  roots: AdmittedRun[],
+  deadlineMs: number,
+): Promise<boolean> {
+  const { provisioner, platform } = ctx;
+  const sandboxId = root.sandboxId;
+  if (!(await ctx.fences.waitCleared([root.runId], left(deadlineMs)))) return false;
+  if (provisioner.sandbox(sandboxId) !== undefined) return false;
+  const response = await fetch(new URL('/api/sandboxes', ctx.provisionerUrl), {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ sandbox_id: sandboxId, thread_id: scope.ref.threadId, user_id: scope.ref.uid }),
+    signal: AbortSignal.timeout(5_000),
+  });
+  await response.body?.cancel();
+  if (response.status !== 200 && response.status !== 201) return false;
+  const due = async () =>
+    (await deps.adminDb.query<{ due: boolean }>(SIGHTING_DUE, [sandboxId, deps.graceSeconds])).rows[0]
+      ?.due === true;
+  while (!(await due())) {
+    if (preciseNow() >= deadlineMs || provisioner.sandbox(sandboxId) === undefined) return false;
+    await sleep(50);
+  }
+  let raced = false;
+  const admitting = platform.admitRootRun(scope.ref, {
+    beforeCommit: async () => {
+      // The reclaimer lists every interval; a due leak meets its guard at the next listing.
+      const until = Math.min(deadlineMs, preciseNow() + 8_000);
+      while (!raced && preciseNow() < until) {
+        const { rowCount } = await deps.adminDb.query(STACK_WAITS_FOR_ADVISORY_LOCK, [
+          deps.stackApplicationName,
+        ]);
+        if (rowCount) raced = true;
+        else await sleep(10);
+      }
+    },
+  });
+  const next = await admitting.catch(async (error: unknown) => {
+    // Admitted, then its sandbox refused (55006: the container is being reclaimed, a DELETE that
+    // should never have been sent): the platform ends the run that got no sandbox.
+    if ((error as { code?: string }).code !== '55006') throw error;
+    const { rows } = await ctx.operatorDb.query<{ id: string }>(RUNNING_IN_SCOPE, [
+      scope.ref.uid,
+      scope.ref.runtimeScopeId,
+    ]);
+    for (const row of rows) await platform.finishRun(row.id, 'failed');
+    return undefined;
+  });
+  if (next) {
+    ctx.scopes.noteSandbox(scope, next.sandboxId);
+    roots.push(next);
+    // The run works in the container it was handed a while: a DELETE now lands under it.
+    await sleep(1_000);
+    await platform.finishRun(next.runId, 'completed');
+  }
+  return raced;
+}

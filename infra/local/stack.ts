@@ -84,6 +84,12 @@ export interface StackOptions {
   sweeper?: boolean;
   /** Runs the reclaimer every RECLAIM_INTERVAL_SECONDS (default true). */
   reclaimer?: boolean;
+  /**
+   * Chaos hook (test/chaos): told of each reclaimer run when it ends, with when it started and
+   * ended (`performance.timeOrigin + performance.now()`), so that a check can count runs rather
+   * than assume a loaded machine keeps the interval.
+   */
+  onReclaimerRun?: (run: { startedAtMs: number; endedAtMs: number }) => void;
   onError?: (error: Error, source: string) => void;
   /**
    * Chaos hook (test/chaos): wraps the queue client the functions and the sweeper send with, e.g.
@@ -300,12 +306,16 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     // Deployed, reservedConcurrency 1 and a schedule keep runs apart; here a run in progress is
     // joined instead of overlapped.
     let reclaiming: Promise<ReclaimerResult> | undefined;
+    const now = () => performance.timeOrigin + performance.now();
     const runReclaimer = () => {
-      reclaiming ??= reclaimer(
+      if (reclaiming) return reclaiming;
+      const startedAtMs = now();
+      reclaiming = reclaimer(
         {},
         localLambdaContext('reclaimer', FUNCTION_DEFINITIONS.reclaimer.timeoutSeconds),
       ).finally(() => {
         reclaiming = undefined;
+        options.onReclaimerRun?.({ startedAtMs, endedAtMs: now() });
       });
       return reclaiming;
     };

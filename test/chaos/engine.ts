@@ -168,8 +168,10 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     stackUrl.hostname = '127.0.0.1';
     stackUrl.port = String(proxy.port);
     // --- the stack under test, and its instrumentation -------------------------------------------
+    const quiet = new QuietFleet();
     stack = await startStack({
       env,
+      onReclaimerRun: (run) => quiet.recordReclaimerRun(run),
       databaseUrl: stackUrl.toString(),
       wsProxy: options.wsProxy,
       sqsPort: 0,
@@ -317,7 +319,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       reclaimFaults,
       adminDb: admin,
       stackApplicationName: STACK_APPLICATION_NAME,
-      quiet: new QuietFleet(),
+      quiet,
     };
     terminator =
       options.terminateEveryMs === null
@@ -467,7 +469,8 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
               : Math.round(attempt.acceptedAtMs - attempt.deletedAtMs),
         })),
         quietWindows: reclaimFaults.quietWindows.map((window) => ({
-          boundMs: window.boundMs,
+          graceMs: window.graceMs,
+          reclaimerRuns: window.reclaimerRuns.length,
           reclaimedAfterMs: window.leaks.map((leak) =>
             leak.goneAtMs === undefined ? null : Math.round(leak.goneAtMs - leak.createdAtMs),
           ),

@@ -10,14 +10,19 @@
  *   when the grace outlasts the guard's in-flight record (`--reclaim-grace`), once more after it,
  *   where the tombstone alone refuses.
  * - Q: in a quiet window (no run active, only leaks live), every leak is reclaimed within the grace
- *   plus two reclaim intervals (plus the margin of one reclaim's DELETE), with the brakes at the
+ *   plus two reclaimer runs (counted in runs, not seconds: quietLeakDueBy), with the brakes at the
  *   product's defaults: reclaimer bug 6 had them refuse every such listing, forever.
  * - N: a deterministic id (no generation from the provisioner) reclaimed, the conversation's next
  *   record of it is accepted within the delete window plus margin (the guard's hold) of the
  *   DELETE, never refused for a whole grace: reclaimer bug 7 locked the conversation out for it.
  */
 import { Invariant, type Violation } from './invariants.ts';
-import type { LateRecordAttempt, QuietWindow, ReusedIdAttempt } from './reclaim-faults.ts';
+import {
+  type LateRecordAttempt,
+  type QuietWindow,
+  quietLeakDueBy,
+  type ReusedIdAttempt,
+} from './reclaim-faults.ts';
 
 /** The refusal of sandbox_runtimes_refuse_reclaimed (object_in_use). */
 export const RECLAIM_REFUSAL_SQLSTATE = '55006';
@@ -48,13 +53,15 @@ export function judgeQuietFleet(windows: readonly QuietWindow[]): {
   for (const window of windows) {
     for (const leak of window.leaks) {
       checked += 1;
+      const dueByMs = quietLeakDueBy(leak, window.reclaimerRuns, window.graceMs);
+      if (leak.goneAtMs !== undefined && (dueByMs === undefined || leak.goneAtMs <= dueByMs)) continue;
+      const runs = window.reclaimerRuns.filter((run) => run.startedAtMs >= leak.createdAtMs).length;
       const tookMs = leak.goneAtMs === undefined ? undefined : leak.goneAtMs - leak.createdAtMs;
-      if (tookMs !== undefined && tookMs <= window.boundMs) continue;
       violations.push({
         invariant: Invariant.QUIET_FLEET_RECLAIMED,
         key: `Q:${leak.sandboxId}`,
-        message: `${leak.sandboxId}, leaked while no run was active and only leaks were live, was ${tookMs === undefined ? 'never reclaimed' : `reclaimed only after ${Math.round(tookMs)} ms`} (bound: grace + two intervals + margin = ${window.boundMs} ms)`,
-        details: { ...leak, boundMs: window.boundMs, tookMs },
+        message: `${leak.sandboxId}, leaked while no run was active and only leaks were live, was ${tookMs === undefined ? `never reclaimed (${runs} reclaimer run(s) after it leaked${dueByMs === undefined ? ', too few to reach its bound: the reclaimer stopped running?' : ''})` : `reclaimed only after ${Math.round(tookMs)} ms, later than the second reclaimer run after its grace (${runs} run(s) after it leaked)`} (bound: grace + two reclaimer runs; grace ${window.graceMs} ms)`,
+        details: { ...leak, graceMs: window.graceMs, dueByMs, tookMs, reclaimerRuns: window.reclaimerRuns },
       });
     }
   }

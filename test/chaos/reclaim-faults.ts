@@ -311,12 +311,41 @@ export interface QuietLeak {
   goneAtMs: number | undefined;
 }
 
+/** One run of the stack's reclaimer, as the stack reported it (StackOptions.onReclaimerRun). */
+export interface ReclaimerRun {
+  startedAtMs: number;
+  endedAtMs: number;
+}
+
 /** A window in which no run was active and only leaks were live (reclaim-checks.ts, invariant Q). */
 export interface QuietWindow {
   startedAtMs: number;
   leaks: QuietLeak[];
-  /** grace + two intervals + the margin: by when each leak must be gone. */
-  boundMs: number;
+  /** The reclaimer's grace, in ms: a leak is due a grace after the run that first listed it. */
+  graceMs: number;
+  /** The reclaimer's runs from the window's start to the end of its watch. */
+  reclaimerRuns: ReclaimerRun[];
+}
+
+/**
+ * By when a quiet leak must be seen gone, counted in reclaimer runs, not in seconds (a loaded
+ * machine stretches the interval; the property is the cadence): the first run that starts after
+ * the leak was created lists it and starts its grace; the first run that starts a grace after that
+ * one ended finds it due; one more run is allowed ("within two intervals after the grace"), so the
+ * leak must be gone before the run after that starts. Undefined while that run has not started.
+ */
+export function quietLeakDueBy(
+  leak: QuietLeak,
+  runs: readonly ReclaimerRun[],
+  graceMs: number,
+): number | undefined {
+  const after = runs
+    .filter((run) => run.startedAtMs >= leak.createdAtMs)
+    .sort((a, b) => a.startedAtMs - b.startedAtMs);
+  const first = after[0];
+  if (first === undefined) return undefined;
+  const due = after.findIndex((run) => run.startedAtMs >= first.endedAtMs + graceMs);
+  return due === -1 ? undefined : after[due + 2]?.startedAtMs;
 }
 
 const ACTIVE_RUNS =
@@ -329,6 +358,12 @@ const ACTIVE_RUNS =
 export class QuietFleet {
   #active = 0;
   #closed: Promise<void> | undefined;
+  /** Every reclaimer run of the stack, as it ends (the engine wires StackOptions.onReclaimerRun here). */
+  readonly reclaimerRuns: ReclaimerRun[] = [];
+
+  recordReclaimerRun(run: ReclaimerRun): void {
+    this.reclaimerRuns.push(run);
+  }
 
   async enter(): Promise<void> {
     while (this.#closed) await this.#closed;
@@ -378,8 +413,8 @@ export async function quietFleet(
       if (preciseNow() >= deadlineMs) return undefined;
       await sleep(100);
     }
-    const boundMs = (reclaim.graceSeconds + 2 * reclaim.intervalSeconds) * 1000 + reclaim.marginMs;
-    const window: QuietWindow = { startedAtMs: preciseNow(), leaks: [], boundMs };
+    const graceMs = reclaim.graceSeconds * 1000;
+    const window: QuietWindow = { startedAtMs: preciseNow(), leaks: [], graceMs, reclaimerRuns: [] };
     for (let i = 0; i < 3; i += 1) {
       const sandboxId = `sbx-quiet-${randomUUID().slice(0, 12)}`;
       const response = await fetch(new URL('/api/sandboxes', ctx.provisionerUrl), {
@@ -394,9 +429,15 @@ export async function quietFleet(
       }
       window.leaks.push({ sandboxId, createdAtMs: preciseNow(), goneAtMs: undefined });
     }
-    // Watched past the bound (so a late reclaim is measured, not just missed), the runs held meanwhile.
-    const watchUntil = preciseNow() + boundMs + 5_000;
-    while (window.leaks.some((leak) => leak.goneAtMs === undefined) && preciseNow() < watchUntil) {
+    // Watched until each leak is gone or the reclaimer ran past its bound in runs (quietLeakDueBy),
+    // so that a late reclaim is measured, not just missed; the other runs held meanwhile. The wall
+    // clock only caps a reclaimer that stopped running (then Q reports how often it ran).
+    const runsSinceStart = () =>
+      ctx.quiet.reclaimerRuns.filter((run) => run.startedAtMs >= window.startedAtMs);
+    const capMs = preciseNow() + 4 * (graceMs + 2 * reclaim.intervalSeconds * 1000 + reclaim.marginMs);
+    const judged = (leak: QuietLeak) =>
+      leak.goneAtMs !== undefined || quietLeakDueBy(leak, runsSinceStart(), graceMs) !== undefined;
+    while (!window.leaks.every(judged) && preciseNow() < capMs && preciseNow() < deadlineMs) {
       await sleep(50);
       for (const leak of window.leaks) {
         if (leak.goneAtMs === undefined && ctx.provisioner.sandbox(leak.sandboxId) === undefined) {
@@ -404,6 +445,7 @@ export async function quietFleet(
         }
       }
     }
+    window.reclaimerRuns = runsSinceStart();
     return window;
   }, deadlineMs);
 }

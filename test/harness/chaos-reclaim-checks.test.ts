@@ -48,10 +48,18 @@ describe('invariant K: a reclaimed generation is refused a record after its DELE
   });
 });
 
-describe('invariant Q: a quiet fleet is reclaimed within grace + two intervals', () => {
-  const window = (goneAfterMs: Array<number | undefined>): QuietWindow => ({
+describe('invariant Q: a quiet fleet is reclaimed within grace + two reclaimer runs', () => {
+  // Leaks created at 1 000 ms; a 2 s grace; the reclaimer runs every 2 s and each run takes 500 ms:
+  // the run at 2 000 lists them (ends 2 500), the run at 6 000 is the first a grace after it (due),
+  // 8 000 is the one more allowed, so each must be gone before the run at 10 000 starts.
+  const everyTwoSeconds = [2_000, 4_000, 6_000, 8_000, 10_000, 12_000].map((startedAtMs) => ({
+    startedAtMs,
+    endedAtMs: startedAtMs + 500,
+  }));
+  const window = (goneAfterMs: Array<number | undefined>, reclaimerRuns = everyTwoSeconds): QuietWindow => ({
     startedAtMs: 1_000,
-    boundMs: 9_000,
+    graceMs: 2_000,
+    reclaimerRuns,
     leaks: goneAfterMs.map((after, index) => ({
       sandboxId: `sbx-quiet-${index}`,
       createdAtMs: 1_000,
@@ -59,8 +67,8 @@ describe('invariant Q: a quiet fleet is reclaimed within grace + two intervals',
     })),
   });
 
-  it('every leak gone within the bound keeps it', () => {
-    expect(judgeQuietFleet([window([4_100, 6_000, 9_000])])).toEqual({ violations: [], checked: 3 });
+  it('every leak gone by the second reclaimer run after its grace keeps it', () => {
+    expect(judgeQuietFleet([window([5_100, 7_000, 8_999])])).toEqual({ violations: [], checked: 3 });
   });
 
   it('brakes that refuse every quiet listing (bug 6: never reclaimed) are a violation per leak', () => {
@@ -68,14 +76,29 @@ describe('invariant Q: a quiet fleet is reclaimed within grace + two intervals',
     expect(checked).toBe(3);
     expect(violations.map((violation) => violation.key)).toEqual(['Q:sbx-quiet-0', 'Q:sbx-quiet-1']);
     expect(violations[0]).toMatchObject({ invariant: Invariant.QUIET_FLEET_RECLAIMED });
+    expect(violations[0]!.message).toMatch(/never reclaimed \(6 reclaimer run\(s\) after it leaked\)/);
+  });
+
+  it('a leak reclaimed only by the third run after its grace is a violation too', () => {
+    const { violations } = judgeQuietFleet([window([9_001])]);
     expect(violations[0]!.message).toMatch(
-      /never reclaimed \(bound: grace \+ two intervals \+ margin = 9000 ms\)/,
+      /reclaimed only after 9001 ms, later than the second reclaimer run/,
     );
   });
 
-  it('a leak reclaimed only after the bound is a violation too', () => {
-    const { violations } = judgeQuietFleet([window([9_001])]);
-    expect(violations[0]!.message).toMatch(/reclaimed only after 9001 ms/);
+  it('counts runs, not seconds: on a loaded machine whose runs take 3 s, 11.7 s is within the bound', () => {
+    const slowRuns = [2_000, 5_000, 8_000, 11_000, 14_000].map((startedAtMs) => ({
+      startedAtMs,
+      endedAtMs: startedAtMs + 3_000,
+    }));
+    // Listed by the run at 2 000 (ends 5 000), due at 8 000, one more at 11 000: gone before 14 000.
+    expect(judgeQuietFleet([window([11_700], slowRuns)]).violations).toEqual([]);
+    expect(judgeQuietFleet([window([13_100], slowRuns)]).violations).toHaveLength(1);
+  });
+
+  it('a reclaimer that stopped running leaves the leak unjudged by runs, and never reclaimed is still a violation', () => {
+    const { violations } = judgeQuietFleet([window([undefined], everyTwoSeconds.slice(0, 2))]);
+    expect(violations[0]!.message).toMatch(/too few to reach its bound/);
   });
 });
 

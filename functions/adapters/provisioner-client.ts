@@ -24,6 +24,7 @@ import {
 import type { DeleteSandboxRequest, SandboxDeleteClient } from '../cleanup/sandbox-provider.ts';
 import { ReleaseOutcome } from '../cleanup/types.ts';
 import { type Deadline, startDeadline } from './deadline.ts';
+import { judgeDeleteAnswer } from './delete-answer.ts';
 import { MESSAGE_FIELD_LIMITS } from './messages.ts';
 import { REDACTED, redactSecrets } from './redact.ts';
 import { parseRetryAfter } from './retry-after.ts';
@@ -758,15 +759,9 @@ async function confirmationRefusal(
       refusal: `body is a problem report (${PROBLEM_JSON}), not a confirmation${problemText(body, ': ')}`,
     };
   }
-  const record = body as Record<string, unknown>;
-  const pending = pendingStatus(record);
-  if (pending !== undefined) return { refusal: `body says ${pending}`, notYet: true };
-  const failure = reportedFailure(record);
-  if (failure !== undefined)
-    return { refusal: `body reports a failure (${failure})${problemText(body, ': ')}` };
-  const mismatch = namesAnotherSandbox(record, request);
-  if (mismatch !== undefined) return { refusal: mismatch };
-  return undefined;
+  const verdict = judgeDeleteAnswer(body as Record<string, unknown>, request);
+  if (!verdict?.failed) return verdict;
+  return { refusal: `${verdict.refusal}${problemText(body, ': ')}` };
 }
 
 /**
@@ -801,155 +796,6 @@ async function absenceRefusal(
 
 /** RFC 9457: the media type of an error report, whatever the status says. */
 const PROBLEM_JSON = 'application/problem+json';
-
-/**
- * `status`/`state`/`phase` words that say the delete is done (or that there was nothing to
- * delete). Any other word (`deleting`, `DELETE_IN_PROGRESS`, `terminating`, `scheduled`,
- * `running`…) is no confirmation: the list of "not done yet" words is open-ended, the list of
- * "done" words is not, so the rule is an allow-list. The failure words are reportedFailure's.
- */
-const DONE_STATUSES = new Set([
-  'deleted',
-  'gone',
-  'removed',
-  'destroyed',
-  'terminated',
-  'absent',
-  'not_found',
-  'notfound',
-  'ok',
-  'success',
-  'succeeded',
-  'done',
-  'complete',
-  'completed',
-]);
-const FAILED_STATUSES = new Set(['failed', 'failure', 'error', 'errored', 'rejected']);
-/** The fields a state word is found in: `status` (the usual), `state`, `phase` (Kubernetes). */
-const STATE_FIELDS = ['status', 'state', 'phase'] as const;
-/** A free-text field saying the delete is under way (`"message": "deletion in progress"`). */
-const UNDER_WAY_TEXT =
-  /\b(in[\s_-]?progress|deleting|pending|queued|scheduled|terminating|shutting[\s_-]?down|stopping)\b/i;
-
-function stateWord(value: unknown): string | undefined {
-  return typeof value === 'string'
-    ? value
-        .trim()
-        .toLowerCase()
-        .replace(/[\s-]+/g, '_')
-    : undefined;
-}
-
-function statusWord(body: Record<string, unknown>): string | undefined {
-  return stateWord(body.status);
-}
-
-/**
- * The envelopes a framework or gateway wraps the real answer in (`{"data": {"status": "deleting"}}`,
- * `{"result": "scheduled for deletion"}`): what they say counts as if said at the top.
- */
-const ENVELOPE_FIELDS = ['data', 'result', 'sandbox'] as const;
-
-/**
- * Why a 200's JSON object does not say the delete is done, or undefined when nothing in it says
- * otherwise. Only a done WORD confirms: a state field holding anything else — a number such as
- * `202` (the HTTP status of "accepted", said in the body), `true`, an object — is read as "not
- * yet", because a wrong "done" clears a fence over a sandbox the provisioner is still deleting and
- * a wrong "not yet" only keeps the fence a retry longer. A numeric `status` of an HTTP error is a
- * failure (reportedFailure); `200`/`204` said as numbers confirm as their HTTP twins do.
- */
-function pendingStatus(body: Record<string, unknown>, depth = 0): string | undefined {
-  for (const field of STATE_FIELDS) {
-    const value = body[field];
-    if (value === undefined || value === null) continue;
-    if (typeof value === 'number' && (value === 200 || value === 204 || value >= 400)) continue;
-    const word = stateWord(value);
-    if (word !== undefined && (DONE_STATUSES.has(word) || FAILED_STATUSES.has(word))) continue;
-    const said = JSON.stringify(typeof value === 'string' ? value.slice(0, 40) : value)?.slice(0, 60);
-    return `${field} ${said}: the delete is not confirmed done`;
-  }
-  for (const field of ['message', 'detail'] as const) {
-    const text = body[field];
-    if (typeof text === 'string' && UNDER_WAY_TEXT.test(text)) {
-      return `${field} ${JSON.stringify(text.slice(0, 80))}: the delete is not done yet`;
-    }
-  }
-  // "Accepted" is the asynchronous API's way of saying "queued": the work is still to come.
-  if (body.accepted === true) return 'accepted: true: the delete is queued, not done';
-  if (depth > 0) return undefined;
-  for (const field of ENVELOPE_FIELDS) {
-    const inner = body[field];
-    if (typeof inner === 'string' && UNDER_WAY_TEXT.test(inner)) {
-      return `${field} ${JSON.stringify(inner.slice(0, 80))}: the delete is not done yet`;
-    }
-    if (typeof inner === 'object' && inner !== null && !Array.isArray(inner)) {
-      const nested = pendingStatus(inner as Record<string, unknown>, depth + 1);
-      if (nested !== undefined) return `${field}.${nested}`;
-    }
-  }
-  return undefined;
-}
-
-/**
- * A 200 whose JSON object says, in the usual ways, that the operation failed: `ok: false`,
- * `success: false`, `deleted: false`, an `error` that is set, a non-empty `errors` list (GraphQL,
- * JSON:API), a failed `status` word, or a `status`/`statusCode` number of an HTTP error. A gateway
- * or framework that wraps every answer in a 200 reports failures like this; counting it as deleted
- * would clear a fence over a live sandbox.
- */
-function reportedFailure(body: Record<string, unknown>, depth = 0): string | undefined {
-  if (body.ok === false) return 'ok: false';
-  if (body.success === false) return 'success: false';
-  if (body.deleted === false) return 'deleted: false';
-  if (body.error !== undefined && body.error !== null && body.error !== false && body.error !== '') {
-    return 'error is set';
-  }
-  if (Array.isArray(body.errors) ? body.errors.length > 0 : isSet(body.errors)) return 'errors is set';
-  const status = statusWord(body);
-  if (status !== undefined && FAILED_STATUSES.has(status)) return `status ${JSON.stringify(body.status)}`;
-  for (const field of ['status', 'statusCode', 'status_code'] as const) {
-    const value = body[field];
-    if (typeof value === 'number' && value >= 400) return `${field} ${value}`;
-  }
-  if (depth > 0) return undefined;
-  for (const field of ENVELOPE_FIELDS) {
-    const inner = body[field];
-    if (typeof inner === 'object' && inner !== null && !Array.isArray(inner)) {
-      const nested = reportedFailure(inner as Record<string, unknown>, depth + 1);
-      if (nested !== undefined) return `${field}.${nested}`;
-    }
-  }
-  return undefined;
-}
-
-function isSet(value: unknown): boolean {
-  if (value === undefined || value === null || value === false || value === '') return false;
-  return !(typeof value === 'object' && Object.keys(value).length === 0);
-}
-
-/**
- * A confirmation of ANOTHER delete: the body names a sandbox or a generation that is not the one
- * asked for (a proxy mixing answers up, a provisioner ignoring `?generation=`). `generation` may
- * be a number or a string of digits.
- */
-function namesAnotherSandbox(
-  body: Record<string, unknown>,
-  request: { sandboxId: string; generation: number },
-): string | undefined {
-  if (body.sandbox_id !== undefined && body.sandbox_id !== request.sandboxId) {
-    return `body names sandbox ${JSON.stringify(String(body.sandbox_id).slice(0, 80))}, not the one being deleted`;
-  }
-  if (body.generation !== undefined) {
-    const named =
-      typeof body.generation === 'string' && /^\d+$/.test(body.generation)
-        ? Number(body.generation)
-        : body.generation;
-    if (named !== request.generation) {
-      return `body names generation ${JSON.stringify(body.generation)}, not the generation ${request.generation} being deleted`;
-    }
-  }
-  return undefined;
-}
 
 const MAX_PROBLEM_LENGTH = 200;
 

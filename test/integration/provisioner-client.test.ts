@@ -402,6 +402,8 @@ describe('a 200 must carry a JSON object (contract v1.1 §3)', () => {
     ['application/json', '{"status":200}'],
     ['application/json', '{"data":{"status":"deleted"}}'],
     ['application/json', '{"result":"ok","status":null}'],
+    ['application/json', '{"status":"already_deleted"}'],
+    ['application/json', '{"status":"deleted","message":"Sandbox deleted; pending billing records cleared"}'],
   ])('accepts a 200 of type %s with a JSON object as DELETED', async (contentType, body) => {
     const hostile = await startHostileServer((_request, response) => {
       response.writeHead(200, { 'content-type': contentType }).end(body);

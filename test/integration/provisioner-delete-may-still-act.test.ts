@@ -62,6 +62,13 @@ describe('the provisioner answered and decided: nothing of the DELETE acts any m
     ['a 200 that reports a failure', () => answering(200, '{"deleted": false}')],
     ['a 200 whose status is the number 500', () => answering(200, '{"status": 500}')],
     ['a 200 wrapping a failure in data', () => answering(200, '{"data":{"status":"failed"}}')],
+    ['a 200 whose state is "failed"', () => answering(200, '{"state":"failed"}')],
+    ['a 200 whose phase is "Failed"', () => answering(200, '{"phase":"Failed"}')],
+    ['a 200 with a failure code and message', () => answering(200, '{"code":1,"message":"sandbox busy"}')],
+    [
+      'a 200 whose envelope names another sandbox',
+      () => answering(200, '{"data":{"sandbox_id":"other","status":"deleted"}}'),
+    ],
     ['a 404 page from a web server', () => answering(404, '<h1>Not Found</h1>', 'text/html')],
     ['a redirect', () => answering(302)],
   ])('%s', async (_name, start) => {
@@ -104,6 +111,21 @@ describe('the DELETE may still be carried out', () => {
       () => answering(200, '{"result":"scheduled for deletion"}'),
     ],
     ['a 200 that says accepted', () => answering(200, '{"accepted":true}')],
+    // Shapes of real APIs: JSON:API, Go structs, a long-running operation, a Kubernetes object.
+    [
+      'a 200 JSON:API resource whose attributes say "deleting"',
+      () => answering(200, '{"data":{"type":"sandboxes","id":"sbx-1","attributes":{"status":"deleting"}}}'),
+    ],
+    ['a 200 Go struct "Status"', () => answering(200, '{"ID":"sbx-1","Status":"DELETE_IN_PROGRESS"}')],
+    ['a 200 operation not done', () => answering(200, '{"name":"operations/del-1","done":false}')],
+    [
+      'a 200 Kubernetes object with finalizers pending',
+      () => answering(200, '{"metadata":{"deletionTimestamp":"2026-12-05T08:00:00Z","finalizers":["x"]}}'),
+    ],
+    [
+      'a 200 whose message says it is being deleted',
+      () => answering(200, '{"message":"Sandbox is being deleted"}'),
+    ],
     ['a 503 (a gateway whose upstream may still work)', () => answering(503)],
     ['a 504', () => answering(504)],
     ['a status outside HTTP', () => answering(600)],

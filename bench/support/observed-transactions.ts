@@ -16,6 +16,7 @@
  */
 import type { Database, PooledDatabase, StatementResult } from '../../functions/adapters/database.ts';
 import { inlineParameters } from '../../functions/adapters/sql-literal.ts';
+import type { TransactOptions } from '../../functions/cleanup/executor.ts';
 
 /** What an observed one-trip transaction reports. */
 export interface RoundTripTiming {
@@ -61,12 +62,14 @@ export function observedTransact(
   db: Pick<PooledDatabase, 'transactInOneMessage'>,
   observe: RoundTripObserver,
 ): Database['transact'] {
-  return async <Row>(text: string, values?: readonly unknown[]) => {
+  return async <Row>(text: string, values?: readonly unknown[], options?: TransactOptions) => {
     const statement = inlineParameters(text, values);
+    // As the product's transact sends it (functions/adapters/database.ts).
+    const bounds = options?.waitForRowLocks ? '; SET LOCAL lock_timeout = 0' : '';
     let sentAt = performance.now();
     const results = await db.transactInOneMessage((begin) => {
       sentAt = performance.now();
-      return `${begin}; ${FORGET_LOCK_TAKEN_AT}; ${statement}; ${LOCK_TAKEN_AT}; COMMIT; ${SERVER_CLOCK}`;
+      return `${begin}${bounds}; ${FORGET_LOCK_TAKEN_AT}; ${statement}; ${LOCK_TAKEN_AT}; COMMIT; ${SERVER_CLOCK}`;
     });
     const roundTripMs = performance.now() - sentAt;
     observe(serverTiming(roundTripMs, results));

@@ -1,5 +1,5 @@
 import { isCleanupError } from '../cleanup/errors.ts';
-import type { Database, Executor } from '../cleanup/executor.ts';
+import type { Database, Executor, TransactOptions } from '../cleanup/executor.ts';
 import { CONFIG_DEFAULTS, redactUrl } from './config.ts';
 import { DatabaseDriver, databaseDriverFor } from './database-driver.ts';
 import { neonPoolFactory } from './database-neon.ts';
@@ -480,9 +480,10 @@ export async function openDatabase(options: DatabaseOptions): Promise<PooledData
    * results come back one per statement; the statement's is the one before COMMIT's. Its values
    * are inlined before a connection is taken: one that cannot be is refused without a trip.
    */
-  const transact = async <Row>(text: string, values?: readonly unknown[]) => {
+  const transact = async <Row>(text: string, values?: readonly unknown[], options?: TransactOptions) => {
     const statement = inlineParameters(text, values);
-    const results = await transactInOneMessage((begin) => `${begin}; ${statement}; COMMIT`);
+    const bounds = options?.waitForRowLocks ? '; SET LOCAL lock_timeout = 0' : '';
+    const results = await transactInOneMessage((begin) => `${begin}${bounds}; ${statement}; COMMIT`);
     const result = results[results.length - 2]!;
     return { rows: result.rows as Row[], rowCount: result.rowCount };
   };

@@ -57,6 +57,7 @@ export interface Database extends Executor {
   transact<Row = Record<string, unknown>>(
     text: string,
     values?: readonly unknown[],
+    options?: TransactOptions,
   ): Promise<{ rows: Row[]; rowCount: number }>;
   /**
    * Messages sent to the server and transactions begun so far, and how often a statement or
@@ -66,4 +67,19 @@ export interface Database extends Executor {
    */
   readonly stats: { queries: number; transactions: number; reconnects: number };
   end(): Promise<void>;
+}
+
+/** The options of a bookkeeping write (TransactOptions.waitForRowLocks): one spelling for all of them. */
+export const WAIT_FOR_ROW_LOCKS: TransactOptions = { waitForRowLocks: true };
+
+export interface TransactOptions {
+  /**
+   * Wait for a row lock as long as the statement timeout allows (`lock_timeout = 0` for this
+   * transaction), not `DATABASE_LOCK_TIMEOUT_MS`. For the bookkeeping writes that end a quarantine
+   * or record what was seen: they take no advisory lock and hold nothing another session waits
+   * for while they wait, and giving up after the lock timeout (where, as autocommit statements,
+   * they used to wait) would keep a scope quarantined for a whole hold after a confirmed delete,
+   * or fail a reclaimer or sweeper run, only because the platform held the row a few seconds.
+   */
+  readonly waitForRowLocks?: boolean;
 }

@@ -1,4 +1,4 @@
-import type { Database } from './executor.ts';
+import { type Database, WAIT_FOR_ROW_LOCKS } from './executor.ts';
 
 /**
  * The reclaim guard: ONE statement just before each reclaim DELETE
@@ -136,11 +136,9 @@ export async function endReclaim(
   if (ending === ReclaimEnding.MAY_STILL_ACT && residualSeconds === undefined) {
     throw new Error('endReclaim: an attempt that may still act needs its residual window');
   }
-  await db.transact(END_RECLAIM, [
-    token,
-    target.sandboxId,
-    target.generation,
-    ending,
-    residualSeconds ?? null,
-  ]);
+  await db.transact(
+    END_RECLAIM,
+    [token, target.sandboxId, target.generation, ending, residualSeconds ?? null],
+    WAIT_FOR_ROW_LOCKS,
+  );
 }

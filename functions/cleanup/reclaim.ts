@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { isCleanupError } from './errors.ts';
-import type { Database, Executor } from './executor.ts';
+import { type Database, type Executor, WAIT_FOR_ROW_LOCKS } from './executor.ts';
 import {
   type DeleteEnding,
   deleteBehindGuard,
@@ -260,13 +260,17 @@ export async function recordSightings(
   // In a READ COMMITTED transaction of its own (Database.transact): its upserts meet the rows a
   // guard or the platform's trigger is writing, and under a REPEATABLE READ default that meeting
   // ended in SQLSTATE 40001 and the run recorded nothing.
-  await db.transact(RECORD_SIGHTINGS, [
-    leaked.map((sandbox) => sandbox.sandboxId),
-    leaked.map((sandbox) => sandbox.generation),
-    leaked.map((sandbox) => sandbox.identity ?? null),
-    pairing.provisioner,
-    pairing.evidence,
-  ]);
+  await db.transact(
+    RECORD_SIGHTINGS,
+    [
+      leaked.map((sandbox) => sandbox.sandboxId),
+      leaked.map((sandbox) => sandbox.generation),
+      leaked.map((sandbox) => sandbox.identity ?? null),
+      pairing.provisioner,
+      pairing.evidence,
+    ],
+    WAIT_FOR_ROW_LOCKS,
+  );
 }
 
 /** Reads the streaks again after recording them: when each began (the database's clock). */
@@ -362,10 +366,14 @@ export async function settingsOfRecord(
     value: number;
     recorded_at: string;
     recorded_by: string;
-  }>(SETTINGS_OF_RECORD, [
-    JSON.stringify(Object.fromEntries(Object.entries(own).map(([name, { value }]) => [name, value]))),
-    settings.recordAs ?? null,
-  ]);
+  }>(
+    SETTINGS_OF_RECORD,
+    [
+      JSON.stringify(Object.fromEntries(Object.entries(own).map(([name, { value }]) => [name, value]))),
+      settings.recordAs ?? null,
+    ],
+    WAIT_FOR_ROW_LOCKS,
+  );
   const recorded = new Map(rows.map((row) => [row.name, Number(row.value)]));
   const at = (name: string): number => {
     const mine = own[name]!;

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { ErrorCode, type ReleaseRefusalCode, ReleaseRefusedError, RunNotFoundError } from './errors.ts';
-import type { Database } from './executor.ts';
+import { type Database, WAIT_FOR_ROW_LOCKS } from './executor.ts';
 
 /**
  * The release guard: just before phase 2 deletes, ONE statement in a one-round-trip READ
@@ -183,10 +183,10 @@ export async function endRelease(
   inFlight: DeleteInFlight,
   residualSeconds?: number,
 ): Promise<Date | null | undefined> {
-  const { rows } = await db.transact<{ until: Date | null }>(END_RELEASE, [
-    inFlight.token,
-    inFlight.floorUntil,
-    residualSeconds ?? null,
-  ]);
+  const { rows } = await db.transact<{ until: Date | null }>(
+    END_RELEASE,
+    [inFlight.token, inFlight.floorUntil, residualSeconds ?? null],
+    WAIT_FOR_ROW_LOCKS,
+  );
   return rows.length ? rows[0]!.until : undefined;
 }

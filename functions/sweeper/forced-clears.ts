@@ -1,4 +1,4 @@
-import type { Database } from '../cleanup/executor.ts';
+import { type Database, WAIT_FOR_ROW_LOCKS } from '../cleanup/executor.ts';
 
 /**
  * ForcedClears, counted where CloudWatch can see it. An operator's `ops force-clear` writes its
@@ -20,6 +20,10 @@ const CLAIM_UNREPORTED = `
   SELECT count(*)::int AS forced_clears FROM reported`;
 
 export async function countNewForcedClears(db: Pick<Database, 'transact'>): Promise<number> {
-  const { rows } = await db.transact<{ forced_clears: number }>(CLAIM_UNREPORTED);
+  const { rows } = await db.transact<{ forced_clears: number }>(
+    CLAIM_UNREPORTED,
+    undefined,
+    WAIT_FOR_ROW_LOCKS,
+  );
   return rows[0]?.forced_clears ?? 0;
 }

@@ -1,6 +1,7 @@
 import type { Database } from '../adapters/database.ts';
 import { announceRunFinished } from '../adapters/publish.ts';
 import type { Queues } from '../adapters/queues.ts';
+import { WAIT_FOR_ROW_LOCKS } from '../cleanup/executor.ts';
 
 /**
  * The reconciler's safety net: every root fence pending longer than FENCE_SWEEP_AFTER_SECONDS is
@@ -77,7 +78,7 @@ export async function sweepFences(
     ids.map((id) => announceRunFinished(queues, id, { reason: 'sweeper' })),
   );
   const failed = ids.filter((_, index) => results[index]!.status === 'rejected');
-  if (failed.length) await db.transact(UNCLAIM, [failed]);
+  if (failed.length) await db.transact(UNCLAIM, [failed], WAIT_FOR_ROW_LOCKS);
   const stats = await db.query<{ pending: number; oldest_age_seconds: number }>(FENCE_STATS);
   return {
     announced: ids.filter((id) => !failed.includes(id)),

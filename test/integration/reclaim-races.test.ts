@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, expect, it } from 'vitest';
 import { ProvisionerClient } from '../../functions/adapters/provisioner-client.ts';
+import type { TransactOptions } from '../../functions/cleanup/executor.ts';
 import { DELETE_IN_FLIGHT_MARGIN_SECONDS } from '../../functions/cleanup/guarded-delete.ts';
 import {
   provisionerIdentity,
@@ -276,13 +277,13 @@ it('a failed end-of-reclaim after a confirmed DELETE: reported, the run settles 
   // The end of the attempt is a one-statement transaction (Database.transact), like the guard.
   const flaky = {
     query: (text: string, params?: unknown[]) => db.query(text as never, params as never),
-    transact: (text: string, params?: unknown[]) => {
+    transact: (text: string, params?: unknown[], options?: TransactOptions) => {
       if (text.includes('runtime_cleanup_end_reclaim') && params?.[1] === a) {
         return Promise.reject(
           Object.assign(new Error('Connection terminated unexpectedly'), { code: '57P01' }),
         );
       }
-      return db.transact(text as never, params as never);
+      return db.transact(text as never, params as never, options);
     },
   };
   let pending = 0;
@@ -378,8 +379,8 @@ it('a DELETE whose quarantine could end before it is answered is never sent', as
   const clock = () => Date.now() + frozenForMs;
   const frozen = {
     query: (text: string, params?: unknown[]) => db.query(text as never, params as never),
-    transact: async (text: string, params?: unknown[]) => {
-      const answer = await db.transact(text as never, params as never);
+    transact: async (text: string, params?: unknown[], options?: TransactOptions) => {
+      const answer = await db.transact(text as never, params as never, options);
       // Frozen for the guard's whole lock wait and the margin, and a moment more.
       if (text.includes('runtime_cleanup_begin_reclaim')) {
         frozenForMs = settings().lockTimeoutMs + (DELETE_IN_FLIGHT_MARGIN_SECONDS + 0.5) * 1000;

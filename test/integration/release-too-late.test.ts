@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { ProvisionerClient } from '../../functions/adapters/provisioner-client.ts';
 import { deleteMayStillAct } from '../../functions/cleanup/errors.ts';
+import type { TransactOptions } from '../../functions/cleanup/executor.ts';
 import { fenceCheck } from '../../functions/cleanup/fence-check.ts';
 import { DELETE_IN_FLIGHT_MARGIN_SECONDS } from '../../functions/cleanup/guarded-delete.ts';
 import { processReleaseCommand } from '../../functions/cleanup/release-command.ts';
@@ -44,8 +45,8 @@ async function releaseWithClock(frozenForMs: number) {
   let offsetMs = 0;
   const db = {
     query: fixture.t.db.query.bind(fixture.t.db),
-    transact: async (text: string, values?: readonly unknown[]) => {
-      const answer = await fixture.t.db.transact(text, values);
+    transact: async (text: string, values?: readonly unknown[], options?: TransactOptions) => {
+      const answer = await fixture.t.db.transact(text, values, options);
       if (text.includes('runtime_cleanup_begin_release')) offsetMs = frozenForMs;
       return answer;
     },

@@ -802,6 +802,14 @@ CREATE OR REPLACE FUNCTION public.runtime_cleanup_settings_of_record(p_settings 
  LANGUAGE plpgsql
 AS $function$
   BEGIN
+    -- NaN and Infinity pass the table's `value >= 0` check, and NaN compares as the largest
+    -- number: a NaN share would switch the share brake off for every reader, an infinite grace
+    -- would fail every run. A deployed writer never sends them; refuse them loudly.
+    IF EXISTS (SELECT 1 FROM jsonb_each(p_settings) AS e
+               WHERE NOT ((e.value #>> '{}')::double precision BETWEEN 0 AND 1e12)) THEN
+      RAISE EXCEPTION 'runtime_cleanup_settings_of_record: every setting must be a finite number between 0 and 1e12: %', p_settings
+        USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     IF p_by IS NOT NULL THEN
       INSERT INTO runtime_cleanup_settings AS s (name, value, recorded_at, recorded_by)
       SELECT e.key, (e.value #>> '{}')::double precision, now(), p_by

@@ -379,6 +379,13 @@ export async function settingsOfRecord(
     const mine = own[name]!;
     const theirs = recorded.get(name);
     if (theirs === undefined) return mine.value;
+    // Only a hand-written row can hold one (the recording function refuses them); NaN would
+    // switch a brake off (no count exceeds it), so nothing is decided on it.
+    if (!Number.isFinite(theirs)) {
+      throw new Error(
+        `the setting of record ${name} is ${theirs}, not a finite number: correct or delete its row in runtime_cleanup_settings (the deployed reclaimer records it again at its next run)`,
+      );
+    }
     return mine.stricter === 'max' ? Math.max(mine.value, theirs) : Math.min(mine.value, theirs);
   };
   const tightened = Object.keys(own).filter((name) => at(name) !== own[name]!.value);

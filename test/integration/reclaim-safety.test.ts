@@ -451,6 +451,34 @@ describe("4b. settings of record: nobody's brakes are looser than the deployment
   });
 });
 
+describe('4c. settings of record that are not finite numbers', () => {
+  it('the recording function refuses NaN and Infinity', async () => {
+    for (const value of ['NaN', 'Infinity']) {
+      const refused = await rejectionOf(
+        database.t.db.transact(
+          "SELECT * FROM runtime_cleanup_settings_of_record(jsonb_build_object('reclaim_max_share_percent', $1::text), 'hand')",
+          [value],
+        ),
+      );
+      expect(String(refused)).toMatch(/must be a finite number/);
+    }
+  });
+
+  it('a NaN share written by hand stops the run with an error naming it, instead of switching the brake off', async () => {
+    const local = await startLocal();
+    await database.t.db.transact(
+      `INSERT INTO runtime_cleanup_settings (name, value, recorded_at, recorded_by)
+       VALUES ('reclaim_max_share_percent', 'NaN', now(), 'hand')
+       ON CONFLICT (name) DO UPDATE SET value = 'NaN', recorded_at = now(), recorded_by = 'hand'`,
+    );
+    for (const name of ['a', 'b', 'c']) await post(local, `sbx-nan-${name}-${randomUUID().slice(0, 6)}`);
+    const refused = await rejectionOf(reclaim(local, { overrides: { maxSharePercent: 100 } }));
+    expect(String(refused)).toMatch(/reclaim_max_share_percent is NaN, not a finite number/);
+    expect(local.provisioner.audit().filter((entry) => entry.method === 'DELETE')).toEqual([]);
+    await database.t.db.transact("DELETE FROM runtime_cleanup_settings WHERE recorded_by = 'hand'");
+  });
+});
+
 describe('5. the same rules as the phases', () => {
   it('a run whose status is NULL holds its scope: the guard refuses', async () => {
     const local = await startLocal();

@@ -434,7 +434,7 @@ export async function quietFleet(
     // clock only caps a reclaimer that stopped running (then Q reports how often it ran).
     const runsSinceStart = () =>
       ctx.quiet.reclaimerRuns.filter((run) => run.startedAtMs >= window.startedAtMs);
-    const capMs = preciseNow() + 4 * (graceMs + 2 * reclaim.intervalSeconds * 1000 + reclaim.marginMs);
+    const capMs = preciseNow() + 2 * (graceMs + 2 * reclaim.intervalSeconds * 1000 + reclaim.marginMs);
     const judged = (leak: QuietLeak) =>
       leak.goneAtMs !== undefined || quietLeakDueBy(leak, runsSinceStart(), graceMs) !== undefined;
     while (!window.leaks.every(judged) && preciseNow() < capMs && preciseNow() < deadlineMs) {

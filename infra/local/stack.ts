@@ -89,7 +89,12 @@ export interface StackOptions {
    * ended (`performance.timeOrigin + performance.now()`), so that a check can count runs rather
    * than assume a loaded machine keeps the interval.
    */
-  onReclaimerRun?: (run: { startedAtMs: number; endedAtMs: number }) => void;
+  onReclaimerRun?: (run: {
+    startedAtMs: number;
+    endedAtMs: number;
+    /** What the run returned, or what it threw. */
+    ended: { result: ReclaimerResult } | { error: Error };
+  }) => void;
   onError?: (error: Error, source: string) => void;
   /**
    * Chaos hook (test/chaos): wraps the queue client the functions and the sweeper send with, e.g.
@@ -310,13 +315,23 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     const runReclaimer = () => {
       if (reclaiming) return reclaiming;
       const startedAtMs = now();
+      const ended = (outcome: { result: ReclaimerResult } | { error: Error }) => {
+        reclaiming = undefined;
+        options.onReclaimerRun?.({ startedAtMs, endedAtMs: now(), ended: outcome });
+      };
       reclaiming = reclaimer(
         {},
         localLambdaContext('reclaimer', FUNCTION_DEFINITIONS.reclaimer.timeoutSeconds),
-      ).finally(() => {
-        reclaiming = undefined;
-        options.onReclaimerRun?.({ startedAtMs, endedAtMs: now() });
-      });
+      ).then(
+        (result) => {
+          ended({ result });
+          return result;
+        },
+        (error: Error) => {
+          ended({ error });
+          throw error;
+        },
+      );
       return reclaiming;
     };
     if (options.reclaimer !== false) {

@@ -70,6 +70,12 @@ export class BackendTerminator {
     private readonly rng: Rng,
     private readonly rate: { meanIntervalMs: number; pollMs: number },
     private readonly onKill: (kind: FaultKind) => void,
+    /**
+     * True while no kill may fall: the terminations come "while runs execute", and a quiet window
+     * (reclaimer.quiet_fleet) has none. Left on, its one busy backend, the reclaimer's, drew every
+     * kill: nine reclaimer runs in a row failed, and invariant Q measured the terminator.
+     */
+    private readonly paused: () => boolean = () => false,
   ) {
     this.firstKill = new Promise((resolve) => {
       this.#resolveFirstKill = resolve;
@@ -97,9 +103,11 @@ export class BackendTerminator {
 
   async #poll(): Promise<void> {
     const now = performance.now();
-    this.#tokens = Math.min(3, this.#tokens + (now - this.#lastRefill) / this.rate.meanIntervalMs);
+    // A pause banks no kills for the moment it ends.
+    const earned = this.paused() ? 0 : (now - this.#lastRefill) / this.rate.meanIntervalMs;
+    this.#tokens = Math.min(3, this.#tokens + earned);
     this.#lastRefill = now;
-    if (this.#tokens < 1) return;
+    if (this.#tokens < 1 || this.paused()) return;
     const { rows } = await this.admin.query<{ pid: number; state: string | null; query: string }>(
       STACK_BACKENDS,
       [this.stackApplicationName],

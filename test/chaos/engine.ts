@@ -39,7 +39,7 @@ import { newProductionFaultState } from './production-faults.ts';
 import { mixSeed, Rng } from './random.ts';
 import { installReclaimChaos, RECLAIM_CHAOS_ENV, type ReclaimChaosReport } from './reclaim-chaos.ts';
 import { judgeLateRecords, judgeQuietFleet, judgeReusedIds } from './reclaim-checks.ts';
-import { newReclaimFaultState, QuietFleet } from './reclaim-faults.ts';
+import { newReclaimFaultState, QuietFleet, reclaimerRunOf } from './reclaim-faults.ts';
 import { Recorders } from './recorders.ts';
 import { assembleResult, type ChaosResult } from './result.ts';
 import type { RunContext } from './run-driver.ts';
@@ -171,7 +171,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     const quiet = new QuietFleet();
     stack = await startStack({
       env,
-      onReclaimerRun: (run) => quiet.recordReclaimerRun(run),
+      onReclaimerRun: (run) => quiet.recordReclaimerRun(reclaimerRunOf(run)),
       databaseUrl: stackUrl.toString(),
       wsProxy: options.wsProxy,
       sqsPort: 0,
@@ -330,6 +330,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
             new Rng(mixSeed(options.seed, 0x7e)),
             { meanIntervalMs: options.terminateEveryMs ?? 400, pollMs: 20 },
             (kind) => messages.count(kind),
+            () => quiet.windowOpen,
           );
     terminator?.start();
     const found = recorders.found;

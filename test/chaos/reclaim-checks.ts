@@ -55,12 +55,14 @@ export function judgeQuietFleet(windows: readonly QuietWindow[]): {
       checked += 1;
       const dueByMs = quietLeakDueBy(leak, window.reclaimerRuns, window.graceMs);
       if (leak.goneAtMs !== undefined && (dueByMs === undefined || leak.goneAtMs <= dueByMs)) continue;
-      const runs = window.reclaimerRuns.filter((run) => run.startedAtMs >= leak.createdAtMs).length;
+      const after = window.reclaimerRuns.filter((run) => run.startedAtMs >= leak.createdAtMs);
+      const runs = after.length;
+      const outcomes = [...new Set(after.map((run) => run.outcome))].join('; ');
       const tookMs = leak.goneAtMs === undefined ? undefined : leak.goneAtMs - leak.createdAtMs;
       violations.push({
         invariant: Invariant.QUIET_FLEET_RECLAIMED,
         key: `Q:${leak.sandboxId}`,
-        message: `${leak.sandboxId}, leaked while no run was active and only leaks were live, was ${tookMs === undefined ? `never reclaimed (${runs} reclaimer run(s) after it leaked${dueByMs === undefined ? ', too few to reach its bound: the reclaimer stopped running?' : ''})` : `reclaimed only after ${Math.round(tookMs)} ms, later than the second reclaimer run after its grace (${runs} run(s) after it leaked)`} (bound: grace + two reclaimer runs; grace ${window.graceMs} ms)`,
+        message: `${leak.sandboxId}, leaked while no run was active and only leaks were live, was ${tookMs === undefined ? `never reclaimed (${runs} reclaimer run(s) after it leaked${dueByMs === undefined ? ', too few to reach its bound: the reclaimer stopped running?' : ''})` : `reclaimed only after ${Math.round(tookMs)} ms, later than the second reclaimer run after its grace (${runs} run(s) after it leaked)`} (bound: grace + two reclaimer runs; grace ${window.graceMs} ms; the runs said: ${outcomes || 'nothing'})`,
         details: { ...leak, graceMs: window.graceMs, dueByMs, tookMs, reclaimerRuns: window.reclaimerRuns },
       });
     }

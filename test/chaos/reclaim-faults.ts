@@ -14,6 +14,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Database } from '../../functions/adapters/database.ts';
+import { ReclaimRefusal } from '../../functions/cleanup/reclaim-listing.ts';
+import type { ReclaimerResult } from '../../functions/reclaimer/handler.ts';
 import type { AdmittedRun } from '../../infra/local/platform.ts';
 import { type AuditEntry, PROVISIONER_MODE } from '../../infra/local/provisioner/types.ts';
 import { preciseNow } from './clock.ts';
@@ -311,6 +313,43 @@ export interface QuietLeak {
 export interface ReclaimerRun {
   startedAtMs: number;
   endedAtMs: number;
+  /** What the run decided, for the report: "refused: <reason>", its counts, or "failed: <error>". */
+  outcome: string;
+  /**
+   * The run could not see or act on the world: it threw (a terminated backend, a connect that
+   * never answered), the listing was unavailable, or a due delete failed. The faults the suite
+   * injects do this; such a run is no step of the cadence invariant Q counts. A reclaimer that is
+   * impeded on every run still fails Q: its leaks are never reclaimed.
+   */
+  impeded: boolean;
+}
+
+/** The harness's view of one run of the stack's reclaimer (StackOptions.onReclaimerRun). */
+export function reclaimerRunOf(run: {
+  startedAtMs: number;
+  endedAtMs: number;
+  ended: { result: ReclaimerResult } | { error: Error };
+}): ReclaimerRun {
+  const { startedAtMs, endedAtMs } = run;
+  if ('error' in run.ended) {
+    return { startedAtMs, endedAtMs, outcome: `failed: ${run.ended.error.message}`, impeded: true };
+  }
+  const { result } = run.ended;
+  if (result.refused !== undefined) {
+    return {
+      startedAtMs,
+      endedAtMs,
+      outcome: `refused: ${result.refused}`,
+      impeded: result.refused === ReclaimRefusal.LIST_UNAVAILABLE,
+    };
+  }
+  const lifted = result.brakeLifted ? `, brake lifted (${result.brakeLifted.brake})` : '';
+  return {
+    startedAtMs,
+    endedAtMs,
+    outcome: `listed ${result.listed}, leaked ${result.leaked}, due ${result.due}, reclaimed ${result.reclaimed}, failed ${result.failed}${lifted}`,
+    impeded: result.failed > 0,
+  };
 }
 
 /** A window in which no run was active and only leaks were live (reclaim-checks.ts, invariant Q). */
@@ -329,6 +368,7 @@ export interface QuietWindow {
  * the leak was created lists it and starts its grace; the first run that starts a grace after that
  * one ended finds it due; one more run is allowed ("within two intervals after the grace"), so the
  * leak must be gone before the run after that starts. Undefined while that run has not started.
+ * Impeded runs (an injected outage) are skipped: the cadence is that of a reclaimer that can work.
  */
 export function quietLeakDueBy(
   leak: QuietLeak,
@@ -336,13 +376,15 @@ export function quietLeakDueBy(
   graceMs: number,
 ): number | undefined {
   const after = runs
-    .filter((run) => run.startedAtMs >= leak.createdAtMs)
+    .filter((run) => run.startedAtMs >= leak.createdAtMs && !run.impeded)
     .sort((a, b) => a.startedAtMs - b.startedAtMs);
   const first = after[0];
   if (first === undefined) return undefined;
   const due = after.findIndex((run) => run.startedAtMs >= first.endedAtMs + graceMs);
   return due === -1 ? undefined : after[due + 2]?.startedAtMs;
 }
+
+const PAIRING_CONFIRMED = 'SELECT count(*)::int AS n FROM runtime_reclaim_pairings';
 
 const ACTIVE_RUNS =
   'SELECT count(*)::int AS n FROM agent_runs WHERE runtime_cleanup_status_is_active(status)';
@@ -354,8 +396,14 @@ const ACTIVE_RUNS =
 export class QuietFleet {
   #active = 0;
   #closed: Promise<void> | undefined;
+  #windowOpen = false;
   /** Every reclaimer run of the stack, as it ends (the engine wires StackOptions.onReclaimerRun here). */
   readonly reclaimerRuns: ReclaimerRun[] = [];
+
+  /** A window's work is under way: every other run has left, and the stack is the reclaimer's. */
+  get windowOpen(): boolean {
+    return this.#windowOpen;
+  }
 
   recordReclaimerRun(run: ReclaimerRun): void {
     this.reclaimerRuns.push(run);
@@ -383,8 +431,10 @@ export class QuietFleet {
     try {
       while (this.#active > 1 && preciseNow() < deadlineMs) await sleep(50);
       if (this.#active > 1) return undefined;
+      this.#windowOpen = true;
       return await work();
     } finally {
+      this.#windowOpen = false;
       this.#closed = undefined;
       open();
     }
@@ -403,6 +453,13 @@ export async function quietFleet(
   reclaim: { graceSeconds: number; intervalSeconds: number; marginMs: number },
   deadlineMs: number,
 ): Promise<QuietWindow | undefined> {
+  // The premise of a quiet night: busy hours before it, whose healthy listings confirmed the pairing
+  // of this database with this provisioner (without that evidence the brakes rightly refuse). Waited
+  // for with the door open, so that the other runs make those hours.
+  while ((await ctx.adminDb.query<{ n: number }>(PAIRING_CONFIRMED)).rows[0]!.n === 0) {
+    if (preciseNow() >= deadlineMs) return undefined;
+    await sleep(200);
+  }
   return ctx.quiet.alone(async () => {
     // The database agrees: no active run (the runs that left ended theirs).
     while ((await ctx.adminDb.query<{ n: number }>(ACTIVE_RUNS)).rows[0]!.n > 0) {

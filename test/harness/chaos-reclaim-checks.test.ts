@@ -11,7 +11,12 @@ import {
   judgeReusedIds,
   RECLAIM_REFUSAL_SQLSTATE,
 } from '../chaos/reclaim-checks.ts';
-import type { LateRecordAttempt, QuietWindow, ReusedIdAttempt } from '../chaos/reclaim-faults.ts';
+import {
+  type LateRecordAttempt,
+  type QuietWindow,
+  type ReusedIdAttempt,
+  reclaimerRunOf,
+} from '../chaos/reclaim-faults.ts';
 
 describe('invariant K: a reclaimed generation is refused a record after its DELETE', () => {
   const attempt = (refusal: LateRecordAttempt['refusal']): LateRecordAttempt => ({
@@ -55,6 +60,8 @@ describe('invariant Q: a quiet fleet is reclaimed within grace + two reclaimer r
   const everyTwoSeconds = [2_000, 4_000, 6_000, 8_000, 10_000, 12_000].map((startedAtMs) => ({
     startedAtMs,
     endedAtMs: startedAtMs + 500,
+    outcome: 'refused: no_known_sandboxes',
+    impeded: false,
   }));
   const window = (goneAfterMs: Array<number | undefined>, reclaimerRuns = everyTwoSeconds): QuietWindow => ({
     startedAtMs: 1_000,
@@ -77,6 +84,8 @@ describe('invariant Q: a quiet fleet is reclaimed within grace + two reclaimer r
     expect(violations.map((violation) => violation.key)).toEqual(['Q:sbx-quiet-0', 'Q:sbx-quiet-1']);
     expect(violations[0]).toMatchObject({ invariant: Invariant.QUIET_FLEET_RECLAIMED });
     expect(violations[0]!.message).toMatch(/never reclaimed \(6 reclaimer run\(s\) after it leaked\)/);
+    // What the runs decided is in the message: the refusal that kept the leak is named.
+    expect(violations[0]!.message).toMatch(/the runs said: refused: no_known_sandboxes\)$/);
   });
 
   it('a leak reclaimed only by the third run after its grace is a violation too', () => {
@@ -90,6 +99,8 @@ describe('invariant Q: a quiet fleet is reclaimed within grace + two reclaimer r
     const slowRuns = [2_000, 5_000, 8_000, 11_000, 14_000].map((startedAtMs) => ({
       startedAtMs,
       endedAtMs: startedAtMs + 3_000,
+      outcome: 'listed 3, leaked 3, due 0, reclaimed 0, failed 0',
+      impeded: false,
     }));
     // Listed by the run at 2 000 (ends 5 000), due at 8 000, one more at 11 000: gone before 14 000.
     expect(judgeQuietFleet([window([11_700], slowRuns)]).violations).toEqual([]);
@@ -99,6 +110,76 @@ describe('invariant Q: a quiet fleet is reclaimed within grace + two reclaimer r
   it('a reclaimer that stopped running leaves the leak unjudged by runs, and never reclaimed is still a violation', () => {
     const { violations } = judgeQuietFleet([window([undefined], everyTwoSeconds.slice(0, 2))]);
     expect(violations[0]!.message).toMatch(/too few to reach its bound/);
+  });
+  // Seen in CI: a termination storm during the quiet window made runs throw; counted as steps of the
+  // cadence, they made a reclaim two runs after the storm "late". An impeded run is no step.
+  it('skips runs an injected outage impeded: the bound moves one run later per impeded run', () => {
+    const impededAt = new Set([6_000, 8_000]);
+    const stormy = [2_000, 4_000, 6_000, 8_000, 10_000, 12_000, 14_000].map((startedAtMs) => ({
+      startedAtMs,
+      endedAtMs: startedAtMs + 500,
+      outcome: impededAt.has(startedAtMs) ? 'failed: database unavailable' : 'listed 3, leaked 3',
+      impeded: impededAt.has(startedAtMs),
+    }));
+    // Due at 10 000 (the first unimpeded run a grace after the listing), one more at 12 000: gone
+    // before 14 000 keeps it; counted with the impeded runs it would have been due before 10 000.
+    expect(judgeQuietFleet([window([12_500], stormy)]).violations).toEqual([]);
+    expect(judgeQuietFleet([window([13_100], stormy)]).violations).toHaveLength(1);
+    expect(
+      judgeQuietFleet([
+        window(
+          [12_500],
+          stormy.map((run) => ({ ...run, impeded: false })),
+        ),
+      ]).violations,
+    ).toHaveLength(1);
+  });
+
+  it('a reclaimer impeded on every run still fails Q: its leaks are never reclaimed', () => {
+    const allImpeded = everyTwoSeconds.map((run) => ({ ...run, outcome: 'failed: x', impeded: true }));
+    const { violations } = judgeQuietFleet([window([undefined], allImpeded)]);
+    expect(violations).toHaveLength(1);
+    expect(violations[0]!.message).toMatch(/never reclaimed .* the runs said: failed: x\)$/);
+  });
+});
+
+describe("reclaimerRunOf: which of the stack's reclaimer runs were impeded", () => {
+  const times = { startedAtMs: 1, endedAtMs: 2 };
+  const decided = {
+    listed: 3,
+    leaked: 3,
+    due: 2,
+    reclaimed: 2,
+    skipped: 0,
+    failed: 0,
+    deferred: 0,
+    oldestLeakAgeSeconds: 4,
+    brakeLifted: { brake: 'no_known_sandboxes' as const, pairedAt: '2026-12-05T00:00:00.000Z' },
+    healthy: false,
+    settingsTightened: [],
+  };
+
+  it('a run that threw, or whose listing was unavailable, or whose due delete failed, was impeded', () => {
+    expect(reclaimerRunOf({ ...times, ended: { error: new Error('database unavailable') } })).toEqual({
+      ...times,
+      outcome: 'failed: database unavailable',
+      impeded: true,
+    });
+    expect(
+      reclaimerRunOf({ ...times, ended: { result: { refused: 'list_unavailable', message: 'm' } } }).impeded,
+    ).toBe(true);
+    expect(reclaimerRunOf({ ...times, ended: { result: { ...decided, failed: 1 } } }).impeded).toBe(true);
+  });
+
+  it("a brake's refusal is a decision (bug 6 refuses every quiet listing): not impeded", () => {
+    expect(
+      reclaimerRunOf({ ...times, ended: { result: { refused: 'no_known_sandboxes', message: 'm' } } }),
+    ).toEqual({ ...times, outcome: 'refused: no_known_sandboxes', impeded: false });
+    expect(reclaimerRunOf({ ...times, ended: { result: decided } })).toEqual({
+      ...times,
+      outcome: 'listed 3, leaked 3, due 2, reclaimed 2, failed 0, brake lifted (no_known_sandboxes)',
+      impeded: false,
+    });
   });
 });
 

@@ -1,0 +1,85 @@
+/**
+ * The backend terminator's pause: terminations fall "while runs execute", and a quiet window
+ * (reclaimer.quiet_fleet) has no run executing, only the reclaimer. Unpaused there, the one busy
+ * stack backend drew every kill: nine reclaimer runs in a row failed and invariant Q measured the
+ * terminator instead of the reclaimer's brakes. Against a real PostgreSQL, a stack backend kept
+ * busy the whole time: no kill while paused, and one soon after the pause ends.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type Database, openDatabase } from '../../functions/adapters/database.ts';
+import { createTestDatabase, type TestDatabase } from '../support/database.ts';
+import { BackendTerminator } from './db-faults.ts';
+import { Rng } from './random.ts';
+
+const STACK = 'terminator-pause-stack';
+
+let t: TestDatabase;
+const pools: Database[] = [];
+
+async function pool(applicationName: string): Promise<Database> {
+  const url = new URL(t.url);
+  url.searchParams.set('application_name', applicationName);
+  const db = await openDatabase({
+    url: url.toString(),
+    driver: t.driver,
+    wsProxy: t.wsProxy,
+    maxConnections: 2,
+    lockTimeoutMs: 5_000,
+    statementTimeoutMs: 60_000,
+  });
+  pools.push(db);
+  return db;
+}
+
+beforeAll(async () => {
+  t = await createTestDatabase();
+});
+afterAll(async () => {
+  await Promise.all(pools.map((db) => db.end().catch(() => {})));
+  await t?.drop();
+});
+
+describe('BackendTerminator, paused while a quiet window is open', () => {
+  it('terminates no stack backend while paused, and does once the pause ends', async () => {
+    const admin = await pool('terminator-pause-admin');
+    const stack = await pool(STACK);
+    let paused = true;
+    let kills = 0;
+    const terminator = new BackendTerminator(
+      admin,
+      STACK,
+      new Rng(7),
+      { meanIntervalMs: 50, pollMs: 10 },
+      () => {
+        kills += 1;
+      },
+      () => paused,
+    );
+    // The busy backend a kill would pick: one statement that lasts the whole test unless killed.
+    const busy = stack.query('SELECT pg_sleep(30)').then(
+      () => 'finished',
+      () => 'terminated',
+    );
+    const seen = async () =>
+      (
+        await admin.query<{ n: number }>(
+          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND state = 'active'",
+          [STACK],
+        )
+      ).rows[0]!.n;
+    while ((await seen()) === 0) await new Promise((resolve) => setTimeout(resolve, 10));
+    terminator.start();
+    try {
+      // Twenty mean intervals paused: unpaused, this many would make a kill all but certain.
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      expect(kills).toBe(0);
+      expect(await seen()).toBe(1);
+      paused = false;
+      await terminator.firstKill;
+      expect(kills).toBeGreaterThan(0);
+      expect(await busy).toBe('terminated');
+    } finally {
+      await terminator.stop();
+    }
+  });
+});

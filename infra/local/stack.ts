@@ -93,7 +93,7 @@ export interface StackOptions {
     startedAtMs: number;
     endedAtMs: number;
     /** What the run returned, or what it threw. */
-    ended: { result: ReclaimerResult } | { error: Error };
+    ended: { result: ReclaimerResult } | { error: unknown };
   }) => void;
   onError?: (error: Error, source: string) => void;
   /**
@@ -315,9 +315,14 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     const runReclaimer = () => {
       if (reclaiming) return reclaiming;
       const startedAtMs = now();
-      const ended = (outcome: { result: ReclaimerResult } | { error: Error }) => {
+      const ended = (outcome: { result: ReclaimerResult } | { error: unknown }) => {
         reclaiming = undefined;
-        options.onReclaimerRun?.({ startedAtMs, endedAtMs: now(), ended: outcome });
+        try {
+          options.onReclaimerRun?.({ startedAtMs, endedAtMs: now(), ended: outcome });
+        } catch (error) {
+          // A watcher's failure never changes what the run returned or threw.
+          onError(error as Error, 'onReclaimerRun');
+        }
       };
       reclaiming = reclaimer(
         {},
@@ -327,7 +332,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
           ended({ result });
           return result;
         },
-        (error: Error) => {
+        (error: unknown) => {
           ended({ error });
           throw error;
         },

@@ -4,6 +4,7 @@
  * engineer's database in the same cluster.
  */
 import type { Database } from '../../functions/adapters/database.ts';
+import { preciseNow } from './clock.ts';
 import { FaultKind } from './plan.ts';
 import type { Rng } from './random.ts';
 
@@ -56,6 +57,8 @@ export function phaseOf(state: string | null, query: string): BackendPhase {
  */
 export class BackendTerminator {
   readonly killsByPhase = new Map<BackendPhase, number>();
+  /** When each termination fell (preciseNow): a run it hit was impeded by the suite, not by itself. */
+  readonly killedAtMs: number[] = [];
   /** Resolves at the first termination (the coverage run waits for it instead of hoping). */
   readonly firstKill: Promise<void>;
   #resolveFirstKill!: () => void;
@@ -124,9 +127,12 @@ export class BackendTerminator {
     else if (idle && (this.#tokens >= 2 || this.rng.chance(0.05))) phase = BackendPhase.IDLE_BETWEEN_PHASES;
     if (phase === undefined) return;
     const pid = this.rng.pick(byPhase.get(phase)!);
+    // The pause may have begun while the backends were read.
+    if (this.paused()) return;
     this.#tokens -= 1;
     const result = await this.admin.query<{ terminated: boolean }>(TERMINATE, [pid]);
     if (!result.rows[0]?.terminated) return;
+    this.killedAtMs.push(preciseNow());
     this.killsByPhase.set(phase, (this.killsByPhase.get(phase) ?? 0) + 1);
     this.onKill(FaultKind.DB_BACKEND_TERMINATED);
     this.#resolveFirstKill();

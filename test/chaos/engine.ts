@@ -39,7 +39,7 @@ import { newProductionFaultState } from './production-faults.ts';
 import { mixSeed, Rng } from './random.ts';
 import { installReclaimChaos, RECLAIM_CHAOS_ENV, type ReclaimChaosReport } from './reclaim-chaos.ts';
 import { judgeLateRecords, judgeQuietFleet, judgeReusedIds } from './reclaim-checks.ts';
-import { newReclaimFaultState, QuietFleet, reclaimerRunOf } from './reclaim-faults.ts';
+import { newReclaimFaultState, QuietFleet } from './reclaim-faults.ts';
 import { Recorders } from './recorders.ts';
 import { assembleResult, type ChaosResult } from './result.ts';
 import type { RunContext } from './run-driver.ts';
@@ -168,10 +168,15 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     stackUrl.hostname = '127.0.0.1';
     stackUrl.port = String(proxy.port);
     // --- the stack under test, and its instrumentation -------------------------------------------
-    const quiet = new QuietFleet();
+    // A reclaimer run hit by the suite's own faults is no step of invariant Q's cadence.
+    const quiet = new QuietFleet(
+      (startMs, endMs) =>
+        (terminator?.killedAtMs ?? []).some((atMs) => atMs >= startMs && atMs <= endMs) ||
+        (episodes?.windows ?? []).some((window) => window.startMs <= endMs && window.endMs >= startMs),
+    );
     stack = await startStack({
       env,
-      onReclaimerRun: (run) => quiet.recordReclaimerRun(reclaimerRunOf(run)),
+      onReclaimerRun: (run) => quiet.recordReclaimerRun(run),
       databaseUrl: stackUrl.toString(),
       wsProxy: options.wsProxy,
       sqsPort: 0,

@@ -62,7 +62,7 @@ export function judgeQuietFleet(windows: readonly QuietWindow[]): {
       violations.push({
         invariant: Invariant.QUIET_FLEET_RECLAIMED,
         key: `Q:${leak.sandboxId}`,
-        message: `${leak.sandboxId}, leaked while no run was active and only leaks were live, was ${tookMs === undefined ? `never reclaimed (${runs} reclaimer run(s) after it leaked${dueByMs === undefined ? ', too few to reach its bound: the reclaimer stopped running?' : ''})` : `reclaimed only after ${Math.round(tookMs)} ms, later than the second reclaimer run after its grace (${runs} run(s) after it leaked)`} (bound: grace + two reclaimer runs; grace ${window.graceMs} ms; the runs said: ${outcomes || 'nothing'})`,
+        message: `${leak.sandboxId}, leaked while no run was active and only leaks were live, was ${tookMs === undefined ? `never reclaimed (${runs} reclaimer run(s) after it leaked${dueByMs === undefined ? `, too few${after.some((run) => run.impeded) ? ' that no injected fault impeded' : ''} to reach its bound: the reclaimer stopped running?` : ''})` : `reclaimed only after ${Math.round(tookMs)} ms, later than the second reclaimer run after its grace (${runs} run(s) after it leaked)`} (bound: grace + two reclaimer runs; grace ${window.graceMs} ms; the runs said: ${outcomes || 'nothing'})`,
         details: { ...leak, graceMs: window.graceMs, dueByMs, tookMs, reclaimerRuns: window.reclaimerRuns },
       });
     }

@@ -14,7 +14,6 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Database } from '../../functions/adapters/database.ts';
-import { ReclaimRefusal } from '../../functions/cleanup/reclaim-listing.ts';
 import type { ReclaimerResult } from '../../functions/reclaimer/handler.ts';
 import type { AdmittedRun } from '../../infra/local/platform.ts';
 import { type AuditEntry, PROVISIONER_MODE } from '../../infra/local/provisioner/types.ts';
@@ -315,40 +314,47 @@ export interface ReclaimerRun {
   endedAtMs: number;
   /** What the run decided, for the report: "refused: <reason>", its counts, or "failed: <error>". */
   outcome: string;
+  /** Its listing passed both brakes on its own: the kind of listing that confirms the pairing. */
+  healthy: boolean;
   /**
-   * The run could not see or act on the world: it threw (a terminated backend, a connect that
-   * never answered), the listing was unavailable, or a due delete failed. The faults the suite
-   * injects do this; such a run is no step of the cadence invariant Q counts. A reclaimer that is
-   * impeded on every run still fails Q: its leaks are never reclaimed.
+   * A fault the suite injected fell inside the run (a backend termination, a database episode):
+   * such a run is no step of the cadence invariant Q counts. Decided from the suite's own record
+   * of its faults, never from what the reclaimer reported, so a reclaimer that fails on its own
+   * (its deletes, its listing, its statements) is counted and judged.
    */
   impeded: boolean;
 }
 
-/** The harness's view of one run of the stack's reclaimer (StackOptions.onReclaimerRun). */
-export function reclaimerRunOf(run: {
+/** What a stack's reclaimer run reported: the harness reads it through reclaimerRunOf. */
+export interface StackReclaimerRun {
   startedAtMs: number;
   endedAtMs: number;
-  ended: { result: ReclaimerResult } | { error: Error };
-}): ReclaimerRun {
+  ended: { result: ReclaimerResult } | { error: unknown };
+}
+
+/** The harness's view of one run of the stack's reclaimer; `impeded` from the suite's own faults. */
+export function reclaimerRunOf(
+  run: StackReclaimerRun,
+  injectedFaultDuring: (startMs: number, endMs: number) => boolean,
+): ReclaimerRun {
   const { startedAtMs, endedAtMs } = run;
+  const impeded = injectedFaultDuring(startedAtMs, endedAtMs);
   if ('error' in run.ended) {
-    return { startedAtMs, endedAtMs, outcome: `failed: ${run.ended.error.message}`, impeded: true };
+    const { error } = run.ended;
+    const message = error instanceof Error ? error.message : String(error);
+    return { startedAtMs, endedAtMs, outcome: `failed: ${message}`, healthy: false, impeded };
   }
   const { result } = run.ended;
   if (result.refused !== undefined) {
-    return {
-      startedAtMs,
-      endedAtMs,
-      outcome: `refused: ${result.refused}`,
-      impeded: result.refused === ReclaimRefusal.LIST_UNAVAILABLE,
-    };
+    return { startedAtMs, endedAtMs, outcome: `refused: ${result.refused}`, healthy: false, impeded };
   }
   const lifted = result.brakeLifted ? `, brake lifted (${result.brakeLifted.brake})` : '';
   return {
     startedAtMs,
     endedAtMs,
     outcome: `listed ${result.listed}, leaked ${result.leaked}, due ${result.due}, reclaimed ${result.reclaimed}, failed ${result.failed}${lifted}`,
-    impeded: result.failed > 0,
+    healthy: result.healthy,
+    impeded,
   };
 }
 
@@ -368,7 +374,7 @@ export interface QuietWindow {
  * the leak was created lists it and starts its grace; the first run that starts a grace after that
  * one ended finds it due; one more run is allowed ("within two intervals after the grace"), so the
  * leak must be gone before the run after that starts. Undefined while that run has not started.
- * Impeded runs (an injected outage) are skipped: the cadence is that of a reclaimer that can work.
+ * Runs an injected fault impeded are skipped: the cadence is that of a reclaimer the suite let work.
  */
 export function quietLeakDueBy(
   leak: QuietLeak,
@@ -384,8 +390,6 @@ export function quietLeakDueBy(
   return due === -1 ? undefined : after[due + 2]?.startedAtMs;
 }
 
-const PAIRING_CONFIRMED = 'SELECT count(*)::int AS n FROM runtime_reclaim_pairings';
-
 const ACTIVE_RUNS =
   'SELECT count(*)::int AS n FROM agent_runs WHERE runtime_cleanup_status_is_active(status)';
 
@@ -400,13 +404,23 @@ export class QuietFleet {
   /** Every reclaimer run of the stack, as it ends (the engine wires StackOptions.onReclaimerRun here). */
   readonly reclaimerRuns: ReclaimerRun[] = [];
 
+  /** `injectedFaultDuring`: whether a fault the suite injected fell inside [startMs, endMs]. */
+  constructor(
+    private readonly injectedFaultDuring: (startMs: number, endMs: number) => boolean = () => false,
+  ) {}
+
+  /** A reclaimer run has listed healthily: the busy hours a quiet night follows have happened. */
+  get healthyListingSeen(): boolean {
+    return this.reclaimerRuns.some((run) => run.healthy);
+  }
+
   /** A window's work is under way: every other run has left, and the stack is the reclaimer's. */
   get windowOpen(): boolean {
     return this.#windowOpen;
   }
 
-  recordReclaimerRun(run: ReclaimerRun): void {
-    this.reclaimerRuns.push(run);
+  recordReclaimerRun(run: StackReclaimerRun): void {
+    this.reclaimerRuns.push(reclaimerRunOf(run, this.injectedFaultDuring));
   }
 
   async enter(): Promise<void> {
@@ -453,10 +467,12 @@ export async function quietFleet(
   reclaim: { graceSeconds: number; intervalSeconds: number; marginMs: number },
   deadlineMs: number,
 ): Promise<QuietWindow | undefined> {
-  // The premise of a quiet night: busy hours before it, whose healthy listings confirmed the pairing
-  // of this database with this provisioner (without that evidence the brakes rightly refuse). Waited
-  // for with the door open, so that the other runs make those hours.
-  while ((await ctx.adminDb.query<{ n: number }>(PAIRING_CONFIRMED)).rows[0]!.n === 0) {
+  // The premise of a quiet night: busy hours before it, with a healthy listing (the kind that
+  // confirms the pairing of this database with this provisioner; without one the brakes rightly
+  // refuse). Seen in the reclaimer's own reports, not in the pairing table, so that a reclaimer
+  // that stopped recording its evidence fails Q instead of never opening a window. Waited for with
+  // the door open, so that the other runs make those hours.
+  while (!ctx.quiet.healthyListingSeen) {
     if (preciseNow() >= deadlineMs) return undefined;
     await sleep(200);
   }

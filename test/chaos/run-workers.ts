@@ -43,6 +43,16 @@ export async function playAllRuns(input: {
         plan.replays = [];
         plan.recreateSandbox = null;
       }
+      if (plan.quietFleet) {
+        // A quiet window is the reclaimer's alone: its own run starts no database episode, admits
+        // no run and holds no lock that could fall inside it (invariant Q would measure those).
+        plan.terminationStorm = null;
+        plan.connectsNeverAnswer = null;
+        plan.repeatableRead = null;
+        plan.admissionAttemptsAtMs = [];
+        plan.locks = [];
+        plan.recreateSandbox = null;
+      }
       // A quiet window (reclaimer.quiet_fleet) keeps new runs at the door until it is over.
       await input.context.quiet.enter();
       try {

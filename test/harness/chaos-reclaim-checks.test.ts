@@ -61,6 +61,7 @@ describe('invariant Q: a quiet fleet is reclaimed within grace + two reclaimer r
     startedAtMs,
     endedAtMs: startedAtMs + 500,
     outcome: 'refused: no_known_sandboxes',
+    healthy: false,
     impeded: false,
   }));
   const window = (goneAfterMs: Array<number | undefined>, reclaimerRuns = everyTwoSeconds): QuietWindow => ({
@@ -100,6 +101,7 @@ describe('invariant Q: a quiet fleet is reclaimed within grace + two reclaimer r
       startedAtMs,
       endedAtMs: startedAtMs + 3_000,
       outcome: 'listed 3, leaked 3, due 0, reclaimed 0, failed 0',
+      healthy: false,
       impeded: false,
     }));
     // Listed by the run at 2 000 (ends 5 000), due at 8 000, one more at 11 000: gone before 14 000.
@@ -111,14 +113,16 @@ describe('invariant Q: a quiet fleet is reclaimed within grace + two reclaimer r
     const { violations } = judgeQuietFleet([window([undefined], everyTwoSeconds.slice(0, 2))]);
     expect(violations[0]!.message).toMatch(/too few to reach its bound/);
   });
-  // Seen in CI: a termination storm during the quiet window made runs throw; counted as steps of the
-  // cadence, they made a reclaim two runs after the storm "late". An impeded run is no step.
-  it('skips runs an injected outage impeded: the bound moves one run later per impeded run', () => {
+  // Seen in CI: the suite's backend terminations fell on the reclaimer in a quiet window and its runs
+  // threw; counted as steps of the cadence, they made the reclaim after them "late". A run the
+  // suite's own fault hit is no step.
+  it('skips runs an injected fault impeded: the bound moves one run later per impeded run', () => {
     const impededAt = new Set([6_000, 8_000]);
     const stormy = [2_000, 4_000, 6_000, 8_000, 10_000, 12_000, 14_000].map((startedAtMs) => ({
       startedAtMs,
       endedAtMs: startedAtMs + 500,
       outcome: impededAt.has(startedAtMs) ? 'failed: database unavailable' : 'listed 3, leaked 3',
+      healthy: false,
       impeded: impededAt.has(startedAtMs),
     }));
     // Due at 10 000 (the first unimpeded run a grace after the listing), one more at 12 000: gone
@@ -143,8 +147,8 @@ describe('invariant Q: a quiet fleet is reclaimed within grace + two reclaimer r
   });
 });
 
-describe("reclaimerRunOf: which of the stack's reclaimer runs were impeded", () => {
-  const times = { startedAtMs: 1, endedAtMs: 2 };
+describe("reclaimerRunOf: the harness's view of a stack reclaimer run", () => {
+  const times = { startedAtMs: 1_000, endedAtMs: 2_000 };
   const decided = {
     listed: 3,
     leaked: 3,
@@ -158,28 +162,51 @@ describe("reclaimerRunOf: which of the stack's reclaimer runs were impeded", () 
     healthy: false,
     settingsTightened: [],
   };
+  const noFault = () => false;
+  const killAt = (atMs: number) => (startMs: number, endMs: number) => atMs >= startMs && atMs <= endMs;
 
-  it('a run that threw, or whose listing was unavailable, or whose due delete failed, was impeded', () => {
-    expect(reclaimerRunOf({ ...times, ended: { error: new Error('database unavailable') } })).toEqual({
+  it("impeded only where the suite's own fault fell inside the run, whatever the run reported", () => {
+    expect(
+      reclaimerRunOf({ ...times, ended: { error: new Error('database unavailable') } }, killAt(1_500)),
+    ).toEqual({
       ...times,
       outcome: 'failed: database unavailable',
+      healthy: false,
       impeded: true,
     });
-    expect(
-      reclaimerRunOf({ ...times, ended: { result: { refused: 'list_unavailable', message: 'm' } } }).impeded,
-    ).toBe(true);
-    expect(reclaimerRunOf({ ...times, ended: { result: { ...decided, failed: 1 } } }).impeded).toBe(true);
+    expect(reclaimerRunOf({ ...times, ended: { result: decided } }, killAt(1_500)).impeded).toBe(true);
+    expect(reclaimerRunOf({ ...times, ended: { result: decided } }, killAt(2_500)).impeded).toBe(false);
   });
 
-  it("a brake's refusal is a decision (bug 6 refuses every quiet listing): not impeded", () => {
+  // Judged from the reclaimer's own report, a reclaimer whose deletes fail, whose listing fails or
+  // which throws would skip its own failures: a late reclaim would never be reported.
+  it("a run that failed on its own is a step of the cadence: its failure is the product's", () => {
+    expect(reclaimerRunOf({ ...times, ended: { error: new Error('boom') } }, noFault).impeded).toBe(false);
     expect(
-      reclaimerRunOf({ ...times, ended: { result: { refused: 'no_known_sandboxes', message: 'm' } } }),
-    ).toEqual({ ...times, outcome: 'refused: no_known_sandboxes', impeded: false });
-    expect(reclaimerRunOf({ ...times, ended: { result: decided } })).toEqual({
-      ...times,
-      outcome: 'listed 3, leaked 3, due 2, reclaimed 2, failed 0, brake lifted (no_known_sandboxes)',
-      impeded: false,
-    });
+      reclaimerRunOf({ ...times, ended: { result: { refused: 'list_unavailable', message: 'm' } } }, noFault)
+        .impeded,
+    ).toBe(false);
+    expect(reclaimerRunOf({ ...times, ended: { result: { ...decided, failed: 1 } } }, noFault).impeded).toBe(
+      false,
+    );
+  });
+
+  it('reads a healthy listing from the report, and a thrown non-Error without throwing', () => {
+    expect(
+      reclaimerRunOf({ ...times, ended: { result: { ...decided, healthy: true } } }, noFault).healthy,
+    ).toBe(true);
+    expect(
+      reclaimerRunOf(
+        { ...times, ended: { result: { refused: 'no_known_sandboxes', message: 'm' } } },
+        noFault,
+      ),
+    ).toEqual({ ...times, outcome: 'refused: no_known_sandboxes', healthy: false, impeded: false });
+    expect(reclaimerRunOf({ ...times, ended: { error: undefined } }, noFault).outcome).toBe(
+      'failed: undefined',
+    );
+    expect(reclaimerRunOf({ ...times, ended: { result: decided } }, noFault).outcome).toBe(
+      'listed 3, leaked 3, due 2, reclaimed 2, failed 0, brake lifted (no_known_sandboxes)',
+    );
   });
 });
 

@@ -8,7 +8,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Database, openDatabase } from '../../functions/adapters/database.ts';
+import type { Database } from '../../functions/adapters/database.ts';
 import { ProvisionerClient } from '../../functions/adapters/provisioner-client.ts';
 import { type LocalProvisioner, startProvisioner } from '../../infra/local/provisioner/server.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
@@ -23,21 +23,9 @@ let provisioner: LocalProvisioner;
 let rootDir: string;
 let client: ProvisionerClient;
 let probeDb: Database;
-const pools: Database[] = [];
 
 async function pool(applicationName: string): Promise<Database> {
-  const url = new URL(t.url);
-  url.searchParams.set('application_name', applicationName);
-  const db = await openDatabase({
-    url: url.toString(),
-    driver: t.driver,
-    wsProxy: t.wsProxy,
-    maxConnections: 2,
-    lockTimeoutMs: 2_000,
-    statementTimeoutMs: 10_000,
-  });
-  pools.push(db);
-  return db;
+  return t.connect({ applicationName, maxConnections: 2, lockTimeoutMs: 2_000 });
 }
 
 beforeAll(async () => {
@@ -50,7 +38,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await client?.close();
   await provisioner?.stop();
-  await Promise.all(pools.map((db) => db.end()));
   await t?.drop();
   await rm(rootDir, { recursive: true, force: true });
 });

@@ -6,7 +6,6 @@
  * busy the whole time: no kill while paused, and one soon after the pause ends.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Database, openDatabase } from '../../functions/adapters/database.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 import { BackendTerminator } from './db-faults.ts';
 import { Rng } from './random.ts';
@@ -14,35 +13,18 @@ import { Rng } from './random.ts';
 const STACK = 'terminator-pause-stack';
 
 let t: TestDatabase;
-const pools: Database[] = [];
-
-async function pool(applicationName: string): Promise<Database> {
-  const url = new URL(t.url);
-  url.searchParams.set('application_name', applicationName);
-  const db = await openDatabase({
-    url: url.toString(),
-    driver: t.driver,
-    wsProxy: t.wsProxy,
-    maxConnections: 2,
-    lockTimeoutMs: 5_000,
-    statementTimeoutMs: 60_000,
-  });
-  pools.push(db);
-  return db;
-}
 
 beforeAll(async () => {
   t = await createTestDatabase();
 });
 afterAll(async () => {
-  await Promise.all(pools.map((db) => db.end().catch(() => {})));
   await t?.drop();
 });
 
 describe('BackendTerminator, paused while a quiet window is open', () => {
   it('terminates no stack backend while paused, and does once the pause ends', async () => {
-    const admin = await pool('terminator-pause-admin');
-    const stack = await pool(STACK);
+    const admin = await t.connect({ applicationName: 'terminator-pause-admin', maxConnections: 2 });
+    const stack = await t.connect({ applicationName: STACK, maxConnections: 2 });
     let paused = true;
     let kills = 0;
     const terminator = new BackendTerminator(

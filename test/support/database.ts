@@ -37,6 +37,8 @@ interface ConnectOptions {
    * to other tests' transactions, or hide behind server connections opened before it.
    */
   direct?: boolean;
+  /** The pool's `application_name`: the name a chaos fault or probe picks its backends by. */
+  applicationName?: string;
 }
 
 /**
@@ -65,8 +67,10 @@ export async function createTestDatabase(creation: { empty?: boolean } = {}): Pr
   direct.pathname = `/${name}`;
   const url = new URL(poolerPort === null ? direct.toString() : throughPooler(direct.toString(), poolerPort));
   const pools: Database[] = [];
-  const connect = async ({ direct: onTheServer, ...extra }: ConnectOptions = {}) => {
-    const db = await openDatabase({ url: (onTheServer ? direct : url).toString(), ...options, ...extra });
+  const connect = async ({ direct: onTheServer, applicationName, ...extra }: ConnectOptions = {}) => {
+    const target = new URL(onTheServer ? direct : url);
+    if (applicationName !== undefined) target.searchParams.set('application_name', applicationName);
+    const db = await openDatabase({ url: target.toString(), ...options, ...extra });
     pools.push(db);
     return db;
   };

@@ -128,6 +128,7 @@ async function main(): Promise<number> {
           );
         },
       },
+      onStage: (stage) => console.log(`chaos: ${stage}`),
       onProgress: ({ done, total, violations, elapsedMs }) => {
         if (done !== total && elapsedMs - lastPrint < 5_000) return;
         lastPrint = elapsedMs;

@@ -76,6 +76,8 @@ export interface ChaosOptions {
   finalDrainTimeoutMs?: number;
   logLevel?: string;
   onProgress?: (progress: { done: number; total: number; violations: number; elapsedMs: number }) => void;
+  /** Told as each step after the runs begins: a long run's last minutes are not silent. */
+  onStage?: (stage: string) => void;
   /** Extra StackOptions for tests (e.g. a log sink). */
   env?: Record<string, string>;
   /**
@@ -368,10 +370,12 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       }
     }
     const drainStarted = preciseNow();
+    options.onStage?.('faults stopping: terminator, database episodes, background work');
     await terminator?.stop();
     await episodes.settle();
     await Promise.all(context.background);
     provisioner.clearFaults();
+    options.onStage?.('final drain: fences and queues');
     const drained = await drainAfterFaults({
       countFences: async () => (await admin.query<{ n: number }>(COUNT_FENCES)).rows[0]!.n,
       queueDepths: () => Promise.all(CONSUMED_QUEUES.map((queue) => queueDepth(sqs, queueUrl(queue)))),
@@ -382,13 +386,16 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       20_000,
       (reclaimSettings.graceSeconds + 3 * reclaimSettings.intervalSeconds) * 1000 + 5_000,
     );
+    if (reclaim) options.onStage?.('reclaimer settling: every injected leak reclaimed');
     const reclaimReport = reclaim ? await reclaim.settle(preciseNow() + settleMs) : undefined;
     if (reclaimReport) options.reclaim!.onReport(reclaimReport);
     const finalDrainMs = preciseNow() - drainStarted;
+    options.onStage?.('recorders stopping; stalled connects judgeable');
     await recorders.stop();
     await episodes.awaitStalledConnectsJudgeable();
 
     // --- final collection and checks -----------------------------------------------------------
+    options.onStage?.('final collection and checks');
     await clock.sample();
     await ledger.poll(true);
     recorders.collectAudit();

@@ -462,26 +462,54 @@ export class QuietFleet {
  * refuse such a listing on their own (no listed sandbox is recorded anywhere); the pairing evidence
  * of the busy hours must lift them. Each leak is watched until it is gone or long past its bound.
  */
+/** The reclaimer's settings a quiet window is judged by. */
+export interface QuietReclaimSettings {
+  graceSeconds: number;
+  intervalSeconds: number;
+  /** One reclaim's DELETE bound: the listing that finds a leak due still has to delete it. */
+  marginMs: number;
+}
+
+/**
+ * How long a quiet window watches its leaks at most: twice the bound of invariant Q in wall-clock
+ * terms (the bound itself is counted in reclaimer runs; this only stops a reclaimer that stopped).
+ */
+export function quietWatchMs(reclaim: QuietReclaimSettings): number {
+  return 2 * (reclaim.graceSeconds * 1000 + 2 * reclaim.intervalSeconds * 1000 + reclaim.marginMs);
+}
+
+/**
+ * The latest moment a quiet window may open before `deadlineMs`: a whole watch must fit. A window
+ * the run's deadline cut short would be judged on too few reclaimer runs and read as a reclaimer
+ * that stopped running (seen in a 2,000-run report: 40 concurrent runs took most of a run's 30 s to
+ * leave, and the watch ended after two reclaimer runs).
+ */
+export function latestQuietWindowOpenMs(deadlineMs: number, reclaim: QuietReclaimSettings): number {
+  return deadlineMs - quietWatchMs(reclaim);
+}
+
 export async function quietFleet(
   ctx: ProductionFaultContext & { adminDb: Database; quiet: QuietFleet },
-  reclaim: { graceSeconds: number; intervalSeconds: number; marginMs: number },
+  reclaim: QuietReclaimSettings,
   deadlineMs: number,
 ): Promise<QuietWindow | undefined> {
+  const openBy = latestQuietWindowOpenMs(deadlineMs, reclaim);
   // The premise of a quiet night: busy hours before it, with a healthy listing (the kind that
   // confirms the pairing of this database with this provisioner; without one the brakes rightly
   // refuse). Seen in the reclaimer's own reports, not in the pairing table, so that a reclaimer
   // that stopped recording its evidence fails Q instead of never opening a window. Waited for with
   // the door open, so that the other runs make those hours.
   while (!ctx.quiet.healthyListingSeen) {
-    if (preciseNow() >= deadlineMs) return undefined;
+    if (preciseNow() >= openBy) return undefined;
     await sleep(200);
   }
   return ctx.quiet.alone(async () => {
     // The database agrees: no active run (the runs that left ended theirs).
     while ((await ctx.adminDb.query<{ n: number }>(ACTIVE_RUNS)).rows[0]!.n > 0) {
-      if (preciseNow() >= deadlineMs) return undefined;
+      if (preciseNow() >= openBy) return undefined;
       await sleep(100);
     }
+    if (preciseNow() >= openBy) return undefined;
     const graceMs = reclaim.graceSeconds * 1000;
     const window: QuietWindow = { startedAtMs: preciseNow(), leaks: [], graceMs, reclaimerRuns: [] };
     for (let i = 0; i < 3; i += 1) {
@@ -501,10 +529,11 @@ export async function quietFleet(
     // clock only caps a reclaimer that stopped running (then Q reports how often it ran).
     const runsSinceStart = () =>
       ctx.quiet.reclaimerRuns.filter((run) => run.startedAtMs >= window.startedAtMs);
-    const capMs = preciseNow() + 2 * (graceMs + 2 * reclaim.intervalSeconds * 1000 + reclaim.marginMs);
+    // The window opened early enough for the whole watch (openBy): the cap alone ends it.
+    const capMs = preciseNow() + quietWatchMs(reclaim);
     const judged = (leak: QuietLeak) =>
       leak.goneAtMs !== undefined || quietLeakDueBy(leak, runsSinceStart(), graceMs) !== undefined;
-    while (!window.leaks.every(judged) && preciseNow() < capMs && preciseNow() < deadlineMs) {
+    while (!window.leaks.every(judged) && preciseNow() < capMs) {
       await sleep(50);
       for (const leak of window.leaks) {
         if (leak.goneAtMs === undefined && ctx.provisioner.sandbox(leak.sandboxId) === undefined) {
@@ -514,7 +543,7 @@ export async function quietFleet(
     }
     window.reclaimerRuns = runsSinceStart();
     return window;
-  }, deadlineMs);
+  }, openBy);
 }
 
 // --- a deterministic id reused after a reclaim -------------------------------------------------

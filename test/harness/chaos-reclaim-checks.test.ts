@@ -13,7 +13,9 @@ import {
 } from '../chaos/reclaim-checks.ts';
 import {
   type LateRecordAttempt,
+  latestQuietWindowOpenMs,
   type QuietWindow,
+  quietWatchMs,
   type ReusedIdAttempt,
   reclaimerRunOf,
 } from '../chaos/reclaim-faults.ts';
@@ -234,5 +236,22 @@ describe('invariant N: a reclaimed deterministic id records again within the del
   it('never accepted by the deadline is a violation', () => {
     const { violations } = judgeReusedIds([attempt(undefined)]);
     expect(violations[0]!.message).toMatch(/was never recorded again/);
+  });
+});
+
+describe('when a quiet window may open', () => {
+  const reclaim = { graceSeconds: 2, intervalSeconds: 2, marginMs: 3_000 };
+
+  it('watches for twice the bound in wall-clock terms', () => {
+    expect(quietWatchMs(reclaim)).toBe(2 * (2_000 + 4_000 + 3_000));
+  });
+
+  it("opens only while a whole watch still fits before the run's deadline", () => {
+    // A window the deadline cut after two reclaimer runs was read as a reclaimer that stopped
+    // running (a 2,000-run report): the latest opening leaves the whole watch before the deadline.
+    const deadlineMs = 100_000;
+    const openBy = latestQuietWindowOpenMs(deadlineMs, reclaim);
+    expect(openBy + quietWatchMs(reclaim)).toBe(deadlineMs);
+    expect(openBy).toBeLessThan(deadlineMs - 3 * reclaim.intervalSeconds * 1000);
   });
 });

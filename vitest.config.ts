@@ -19,14 +19,22 @@
  * DATABASE_DRIVER, else neon (test/support/suite-driver.ts), set in their workers' environment so
  * that every command a test starts inherits it. `npm run test:tcp` runs integration and e2e over tcp,
  * `npm run test:pgbouncer` through PgBouncer, each without the files that cannot depend on the
- * database path (test/support/driver-passes.ts).
+ * database path (test/support/driver-passes.ts). With RUNTIME_CLEANUP_TEST_PASSES=all (`.ci/run`),
+ * `npm test` holds both passes too, as the projects integration-tcp, e2e-tcp, integration-pgbouncer
+ * and e2e-pgbouncer, and the global setup gives each project its driver and path.
  *
  * RUNTIME_CLEANUP_TEST_FIXTURE=<name> swaps every tier's tests for the fixture files
  * test/fixtures/<name>/<tier>.test.ts: the exit-status check runs the real scripts on a fixture
  * that is known to fail (or to pass) and expects their exit status. Normal runs never include them.
  */
 import { configDefaults, defineConfig } from 'vitest/config';
-import { databasePass, filesLeftOutOf } from './test/support/driver-passes.ts';
+import {
+  allPassesRequested,
+  DatabasePass,
+  databasePass,
+  EXTRA_PASSES,
+  filesLeftOutOf,
+} from './test/support/driver-passes.ts';
 import { suiteDriver } from './test/support/suite-driver.ts';
 
 const DATABASE_SETUP = ['test/support/global-setup.ts'];
@@ -35,6 +43,7 @@ const fixture = process.env.RUNTIME_CLEANUP_TEST_FIXTURE;
 // `npm run test:tcp` and `npm run test:pgbouncer` leave out what cannot depend on the database path
 // (test/support/driver-passes.ts); `npm test` runs every file.
 const LEFT_OUT_OF_THIS_PASS = [...configDefaults.exclude, ...filesLeftOutOf(databasePass())];
+const ALL_PASSES = allPassesRequested();
 
 function tier(
   name: string,
@@ -52,7 +61,7 @@ function tier(
     extends: true,
     test: {
       name,
-      include: fixture ? [`test/fixtures/${fixture}/${name}.test.ts`] : include,
+      include: fixture ? [`test/fixtures/${fixture}/${name.split('-')[0]}.test.ts`] : include,
       ...extra,
     },
   };
@@ -73,6 +82,8 @@ export default defineConfig({
         env: DATABASE_ENV,
         exclude: LEFT_OUT_OF_THIS_PASS,
       }),
+      // RUNTIME_CLEANUP_TEST_PASSES=all: the tcp and PgBouncer passes as projects of this run.
+      ...(ALL_PASSES ? extraPassProjects() : []),
       // After the other tiers, on a machine of its own, one file at a time: the chaos suite checks
       // a convergence bound in seconds, which holds on two cores shared with one engine's 20 runs,
       // not with every e2e stack of the other tiers (seen: 23 s), nor with the second engine of
@@ -88,12 +99,34 @@ export default defineConfig({
       tier('platform', ['test/platform/**/*.test.ts'], { globalSetup: DATABASE_SETUP, env: DATABASE_ENV }),
     ],
     pool: 'forks',
-    // Two cores: more workers only add contention to timing-sensitive lock tests.
-    maxWorkers: 2,
+    // Two for one pass on two cores. Three passes in one run wait more than they compute (SQS
+    // visibility timeouts, backoffs, child processes starting), so four workers fill those waits.
+    maxWorkers: ALL_PASSES ? 4 : 2,
     testTimeout: 60_000,
     hookTimeout: 120_000,
     reporters: ['default'],
     // EMF lines of every handler would flood the test output; tests about metrics turn them on.
-    env: { POWERTOOLS_METRICS_DISABLED: 'true', NODE_OPTIONS: '--disable-warning=ExperimentalWarning' },
+    env: {
+      POWERTOOLS_METRICS_DISABLED: 'true',
+      NODE_OPTIONS: '--disable-warning=ExperimentalWarning',
+      // The run's passes are this run's: a test script a test starts (test-scripts-exit-status)
+      // runs its own one pass.
+      RUNTIME_CLEANUP_TEST_PASSES: '',
+    },
   },
 });
+
+/** integration-tcp, e2e-tcp, integration-pgbouncer, e2e-pgbouncer: each pass's files, env and exclusions. */
+function extraPassProjects() {
+  return [DatabasePass.DRIVER, DatabasePass.POOLER].flatMap((pass) => {
+    const { suffix, env } = EXTRA_PASSES[pass];
+    const exclude = [...configDefaults.exclude, ...filesLeftOutOf(pass)];
+    return ['integration', 'e2e'].map((name) =>
+      tier(`${name}-${suffix}`, [`test/${name}/**/*.test.ts`], {
+        globalSetup: DATABASE_SETUP,
+        env: { ...DATABASE_ENV, ...env },
+        exclude,
+      }),
+    );
+  });
+}

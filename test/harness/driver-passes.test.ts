@@ -5,8 +5,9 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import {
+  allPassesRequested,
   DatabasePass,
   DRIVER_FREE_FILES,
   databasePass,
@@ -71,5 +72,64 @@ describe('the files the database passes leave out', () => {
     expect(scripts['test:tcp']).toContain('RUNTIME_CLEANUP_TEST_PASS=driver');
     expect(scripts['test:pgbouncer']).toContain('RUNTIME_CLEANUP_TEST_PASS=pooler');
     expect(scripts.test).not.toContain('RUNTIME_CLEANUP_TEST_PASS');
+  });
+});
+
+describe('every pass in one run (RUNTIME_CLEANUP_TEST_PASSES=all, what .ci/run sets)', () => {
+  interface ProjectShape {
+    test: { name: string; include: string[]; exclude?: string[]; env?: Record<string, string> };
+  }
+
+  async function projectsWith(passes: string | undefined): Promise<Map<string, ProjectShape['test']>> {
+    vi.resetModules();
+    vi.stubEnv('RUNTIME_CLEANUP_TEST_PASSES', passes);
+    vi.stubEnv('RUNTIME_CLEANUP_TEST_PASS', undefined);
+    vi.stubEnv('RUNTIME_CLEANUP_TEST_FIXTURE', undefined);
+    const config = (await import('../../vitest.config.ts')).default as {
+      test: { projects: ProjectShape[]; env: Record<string, string>; maxWorkers: number };
+    };
+    return new Map(config.test.projects.map((project) => [project.test.name, project.test]));
+  }
+
+  afterEach(() => {
+    vi.unstubAllEnvs();
+    vi.resetModules();
+  });
+
+  it('adds each tier of each pass as a project with its path and its files left out', async () => {
+    const projects = await projectsWith('all');
+    for (const [suffix, pass, path] of [
+      ['tcp', DatabasePass.DRIVER, { DATABASE_DRIVER: 'tcp' }],
+      ['pgbouncer', DatabasePass.POOLER, { DATABASE_POOLER: 'pgbouncer' }],
+    ] as const) {
+      for (const tier of ['integration', 'e2e']) {
+        const project = projects.get(`${tier}-${suffix}`);
+        expect(project, `${tier}-${suffix}`).toBeDefined();
+        expect(project!.include).toEqual([`test/${tier}/**/*.test.ts`]);
+        expect(project!.env).toMatchObject(path);
+        for (const file of filesLeftOutOf(pass)) expect(project!.exclude).toContain(file);
+      }
+    }
+    // The default pass is still every file over the suite's driver.
+    expect(projects.get('integration')!.exclude ?? []).not.toContain(Object.keys(DRIVER_FREE_FILES)[0]);
+    expect(projects.get('integration')!.env).not.toHaveProperty('DATABASE_POOLER');
+  });
+
+  it('is one pass without it, and refuses a value it does not know', async () => {
+    const projects = await projectsWith(undefined);
+    expect([...projects.keys()].filter((name) => name.includes('-'))).toEqual([]);
+    expect(allPassesRequested({ RUNTIME_CLEANUP_TEST_PASSES: ' all ' })).toBe(true);
+    expect(() => allPassesRequested({ RUNTIME_CLEANUP_TEST_PASSES: 'tcp' })).toThrow(
+      /must be "all" or unset/,
+    );
+  });
+
+  it(".ci/run runs the README's command with it, and the scripts that command starts do not inherit it", async () => {
+    const ci = readFileSync(`${ROOT}.ci/run`, 'utf8');
+    expect(ci).toMatch(/^RUNTIME_CLEANUP_TEST_PASSES=all run_tests "[^"]+" npm test$/m);
+    const root = (await import('../../vitest.config.ts')).default as {
+      test: { env: Record<string, string> };
+    };
+    expect(root.test.env.RUNTIME_CLEANUP_TEST_PASSES).toBe('');
   });
 });

@@ -90,3 +90,23 @@ export function filesLeftOutOf(pass: DatabasePass | null): string[] {
     ? [...driverFree, ...Object.keys(POOLER_PASS_ALSO_LEAVES_OUT)]
     : driverFree;
 }
+
+/**
+ * RUNTIME_CLEANUP_TEST_PASSES=all (what `.ci/run` sets for `npm test`): one Vitest run holds the
+ * default pass, the tcp pass and the PgBouncer pass, the latter two as projects of their own
+ * (integration-tcp, e2e-pgbouncer, …), so that one pass's waits (visibility timeouts, backoffs,
+ * child processes starting) overlap another's work instead of adding up pass after pass. Unset,
+ * `npm test` is the default pass alone, and `npm run test:tcp` / `test:pgbouncer` run one pass each.
+ */
+export function allPassesRequested(env: Readonly<Record<string, string | undefined>> = process.env): boolean {
+  const value = env.RUNTIME_CLEANUP_TEST_PASSES?.trim();
+  if (!value) return false;
+  if (value === 'all') return true;
+  throw new Error(`RUNTIME_CLEANUP_TEST_PASSES="${value}" is invalid: must be "all" or unset`);
+}
+
+/** A pass's projects: their name suffix and what their workers' environment adds. */
+export const EXTRA_PASSES: Readonly<Record<DatabasePass, { suffix: string; env: Record<string, string> }>> = {
+  [DatabasePass.DRIVER]: { suffix: 'tcp', env: { DATABASE_DRIVER: 'tcp' } },
+  [DatabasePass.POOLER]: { suffix: 'pgbouncer', env: { DATABASE_POOLER: 'pgbouncer' } },
+};

@@ -45,8 +45,11 @@ interface TestDatabaseServer {
 }
 
 interface StartedServer {
+  /** The server as a project over the run's own driver and path sees it. */
   provided: TestDatabaseServer;
   opsBundle: string;
+  /** A PgBouncer in front of it, started by the first project that asks for one (then shared). */
+  pooler: () => Promise<PgBouncer>;
   stop: () => Promise<void>;
 }
 
@@ -72,7 +75,21 @@ export default async function setup(project: TestProject) {
     if (shared.users === 0) delete holder[SHARED];
     throw error;
   }
-  project.provide('database', server.provided);
+  // A project's own env names its path when one run holds several passes (vitest.config.ts, under
+  // RUNTIME_CLEANUP_TEST_PASSES=all): the tcp projects their driver, the pgbouncer projects the pooler.
+  const projectEnv = { ...process.env, ...(project.config.env ?? {}) };
+  let poolerPort: number | null = null;
+  try {
+    if (poolerRequested(projectEnv)) poolerPort = (await server.pooler()).port;
+  } catch (error) {
+    shared.users -= 1;
+    if (shared.users === 0) {
+      delete holder[SHARED];
+      await server.stop();
+    }
+    throw error;
+  }
+  project.provide('database', { ...server.provided, driver: suiteDriver(projectEnv), poolerPort });
   project.provide('opsBundle', server.opsBundle);
   return async () => {
     shared.users -= 1;
@@ -138,7 +155,7 @@ async function startServer(): Promise<StartedServer> {
   }
   const driver = suiteDriver();
   const bridge = await startDatabaseBridge();
-  let pooler: PgBouncer | undefined;
+  let pooler: Promise<PgBouncer> | undefined;
   const template = `rc_template_${process.pid}`;
   const admin = await openDatabase({
     url: adminUrl,
@@ -159,7 +176,7 @@ async function startServer(): Promise<StartedServer> {
     }
     await admin.end();
     await (await opsBundle.catch(() => undefined))?.remove();
-    await pooler?.stop();
+    await (await pooler?.catch(() => undefined))?.stop();
     await bridge.close();
     if (embedded) await embedded.stop();
     if (embeddedDir) await rm(embeddedDir, { recursive: true, force: true });
@@ -180,9 +197,6 @@ async function startServer(): Promise<StartedServer> {
     });
     await migrate(templateDb);
     await templateDb.end();
-    // The template is migrated directly: a pooler would keep server connections to it open, and
-    // PostgreSQL refuses to copy a template database somebody is connected to.
-    if (poolerRequested()) pooler = await startPoolerFor(adminUrl);
   } catch (error) {
     await stop().catch(() => {});
     throw error;
@@ -195,8 +209,14 @@ async function startServer(): Promise<StartedServer> {
     throw error;
   }
   return {
-    provided: { adminUrl, template, driver, wsProxy: bridge.address, poolerPort: pooler?.port ?? null },
+    provided: { adminUrl, template, driver, wsProxy: bridge.address, poolerPort: null },
     opsBundle: bundle,
+    // Started only once the template is migrated: a pooler would keep server connections to it
+    // open, and PostgreSQL refuses to copy a template database somebody is connected to.
+    pooler: () => {
+      pooler ??= startPoolerFor(adminUrl);
+      return pooler;
+    },
     stop,
   };
 }

@@ -10,7 +10,9 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { afterEach, expect, inject, it } from 'vitest';
+import type { Queues } from '../../functions/adapters/queues.ts';
 import { beginReclaim, ReclaimVerdict } from '../../functions/cleanup/reclaim-guard.ts';
+import { PlatformSimulator } from '../../infra/local/platform.ts';
 import { insertConversation, insertRun, upsertSandbox } from '../support/factories.ts';
 import { useDatabaseFixture } from '../support/fixtures.ts';
 import { letTimePass } from '../support/reclaim-time.ts';
@@ -213,4 +215,23 @@ it('recording an id no reclaim knows of works at any level (bulk loads are left 
     'INSERT INTO sandbox_runtimes (uid, runtime_scope_id, sandbox_id, generation) VALUES ($1, $2, $3, 1)',
     [s.uid, s.runtimeScopeId, `sbx-${randomUUID().slice(0, 8)}`],
   );
+});
+
+it("the local platform (the demo's, the stack's, the chaos suite's) records a sandbox the reclaimer has listed, on a REPEATABLE READ database", async () => {
+  // Its record was a plain statement at the database's default: the trigger refused it with 25000
+  // once the reclaimer had listed the id, and the chaos suite's repeatable_read_default episode left
+  // admitted runs running with no sandbox recorded (fences never cleared, run-finished never done).
+  const s = await scope();
+  const sandboxId = `sbx-${s.runtimeScopeId}`;
+  await database.t.db.query('INSERT INTO runtime_reclaim_sightings (sandbox_id) VALUES ($1::text)', [
+    sandboxId,
+  ]);
+  await repeatableRead();
+  const platform = new PlatformSimulator(database.t.db, {} as Queues, 'http://127.0.0.1:9/unused');
+  await platform.recordSandbox({ ...s, workdirPath: `/workdir/${s.uid}` }, { sandboxId, generation: 1 });
+  const { rows } = await database.t.db.query<{ generation: string }>(
+    'SELECT generation FROM sandbox_runtimes WHERE uid = $1::text AND runtime_scope_id = $2::text',
+    [s.uid, s.runtimeScopeId],
+  );
+  expect(rows.map((row) => Number(row.generation))).toEqual([1]);
 });

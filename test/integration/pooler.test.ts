@@ -43,6 +43,11 @@ function connect(driver: DatabaseDriver, url: string, maxConnections = 2): Promi
   });
 }
 
+it("is the path and driver this project's environment names (a pass merged into one run must not run direct)", () => {
+  expect(poolerPort !== null).toBe(process.env.DATABASE_POOLER === 'pgbouncer');
+  expect(runDriver).toBe(process.env.DATABASE_DRIVER);
+});
+
 describe.each(DATABASE_DRIVERS)('over the %s driver', (driver) => {
   describe('the path to the database', () => {
     it('is the one DATABASE_POOLER asks for: through PgBouncer in transaction mode, or direct', async () => {

@@ -11,6 +11,7 @@ import {
   DatabasePass,
   DRIVER_FREE_FILES,
   databasePass,
+  EXTRA_PASSES,
   filesLeftOutOf,
   POOLER_PASS_ALSO_LEAVES_OUT,
 } from '../support/driver-passes.ts';
@@ -71,6 +72,15 @@ describe('the files the database passes leave out', () => {
     const scripts = JSON.parse(readFileSync(`${ROOT}package.json`, 'utf8')).scripts as Record<string, string>;
     expect(scripts['test:tcp']).toContain('RUNTIME_CLEANUP_TEST_PASS=driver');
     expect(scripts['test:pgbouncer']).toContain('RUNTIME_CLEANUP_TEST_PASS=pooler');
+    // A pass run alone sets what its projects in the one CI run set (EXTRA_PASSES): the two cannot drift.
+    for (const [script, pass] of [
+      ['test:tcp', DatabasePass.DRIVER],
+      ['test:pgbouncer', DatabasePass.POOLER],
+    ] as const) {
+      for (const [name, value] of Object.entries(EXTRA_PASSES[pass].env)) {
+        expect(scripts[script], script).toContain(`${name}=${value}`);
+      }
+    }
     expect(scripts.test).not.toContain('RUNTIME_CLEANUP_TEST_PASS');
   });
 });

@@ -45,8 +45,8 @@ interface TestDatabaseServer {
 }
 
 interface StartedServer {
-  /** The server as a project over the run's own driver and path sees it. */
-  provided: TestDatabaseServer;
+  /** What every project sees alike; each adds its own driver and path (setup). */
+  base: Omit<TestDatabaseServer, 'driver' | 'poolerPort'>;
   opsBundle: string;
   /** A PgBouncer in front of it, started by the first project that asks for one (then shared). */
   pooler: () => Promise<PgBouncer>;
@@ -75,6 +75,13 @@ export default async function setup(project: TestProject) {
     if (shared.users === 0) delete holder[SHARED];
     throw error;
   }
+  // The last project to leave stops the server; so does a project whose own setup failed last.
+  const leave = async () => {
+    shared.users -= 1;
+    if (shared.users > 0) return;
+    delete holder[SHARED];
+    await server.stop();
+  };
   // A project's own env names its path when one run holds several passes (vitest.config.ts, under
   // RUNTIME_CLEANUP_TEST_PASSES=all): the tcp projects their driver, the pgbouncer projects the pooler.
   const projectEnv = { ...process.env, ...(project.config.env ?? {}) };
@@ -82,21 +89,12 @@ export default async function setup(project: TestProject) {
   try {
     if (poolerRequested(projectEnv)) poolerPort = (await server.pooler()).port;
   } catch (error) {
-    shared.users -= 1;
-    if (shared.users === 0) {
-      delete holder[SHARED];
-      await server.stop();
-    }
+    await leave().catch(() => {});
     throw error;
   }
-  project.provide('database', { ...server.provided, driver: suiteDriver(projectEnv), poolerPort });
+  project.provide('database', { ...server.base, driver: suiteDriver(projectEnv), poolerPort });
   project.provide('opsBundle', server.opsBundle);
-  return async () => {
-    shared.users -= 1;
-    if (shared.users > 0) return;
-    delete holder[SHARED];
-    await server.stop();
-  };
+  return leave;
 }
 
 /**
@@ -209,7 +207,7 @@ async function startServer(): Promise<StartedServer> {
     throw error;
   }
   return {
-    provided: { adminUrl, template, driver, wsProxy: bridge.address, poolerPort: null },
+    base: { adminUrl, template, wsProxy: bridge.address },
     opsBundle: bundle,
     // Started only once the template is migrated: a pooler would keep server connections to it
     // open, and PostgreSQL refuses to copy a template database somebody is connected to.

@@ -666,9 +666,8 @@ export async function reuseDeterministicIdAfterReclaim(
 
 // --- an admission racing the reclaim guard, under REPEATABLE READ -------------------------------
 
-const SIGHTING_DUE = `
-  SELECT first_seen_at <= now() - make_interval(secs => $2::float8) AS due
-  FROM runtime_reclaim_sightings WHERE sandbox_id = $1::text`;
+/** The reclaimer has listed the sandbox (its grace runs from here). */
+const SIGHTED = `SELECT 1 FROM runtime_reclaim_sightings WHERE sandbox_id = $1::text`;
 const RUNNING_IN_SCOPE = `
   SELECT id FROM agent_runs WHERE uid = $1::text AND runtime_scope_id = $2::text AND status = 'running'`;
 /** A backend of the stack waiting for an advisory lock (the reclaim guard, for the scope's). */
@@ -679,16 +678,26 @@ const STACK_WAITS_FOR_ADVISORY_LOCK = `
 
 /**
  * Reclaimer bug 1's race, played for real: after the run's cleanup, its scope's id is created again
- * and never recorded (a leak the scope's row names). Once the leak is due, the platform admits a run
- * into the scope the documented way — its transaction takes the scope's lock and inserts the run —
- * and holds the lock until a stack backend is seen waiting for an advisory lock (the reclaim guard,
- * for the scope's), then commits. A guard whose snapshot predates its lock (REPEATABLE READ) sees
- * the scope idle and deletes the container the admitted run is then handed (its POST reuses it):
- * invariant GC at the DELETE's arrival. Returns whether the guard was seen waiting.
+ * and never recorded (a leak the scope's row names). Once the reclaimer has listed the leak, the
+ * platform admits a run into the scope the documented way — its transaction takes the scope's lock
+ * and inserts the run — and holds the lock until a stack backend is seen waiting for an advisory
+ * lock (the reclaim guard, for the scope's), then commits. A guard whose snapshot predates its lock
+ * (REPEATABLE READ) sees the scope idle and deletes the container the admitted run is then handed
+ * (its POST reuses it): invariant GC at the DELETE's arrival. Returns whether the guard was seen
+ * waiting.
+ *
+ * The lock is taken as soon as the leak is listed, not once it is due: the reclaimer deletes at the
+ * first listing that finds it due, which may come before a poller has seen it due, and a leak
+ * deleted before the admission began raced nothing (a forced run once missed its trigger so).
  */
 export async function admitWhileReclaimGuardWaits(
   ctx: ProductionFaultContext,
-  deps: { adminDb: Database; stackApplicationName: string; graceSeconds: number },
+  deps: {
+    adminDb: Database;
+    stackApplicationName: string;
+    graceSeconds: number;
+    intervalSeconds: number;
+  },
   scope: ScopeState,
   root: AdmittedRun,
   roots: AdmittedRun[],
@@ -704,18 +713,18 @@ export async function admitWhileReclaimGuardWaits(
     uid: scope.ref.uid,
   });
   if (!response.created) return false;
-  const due = async () =>
-    (await deps.adminDb.query<{ due: boolean }>(SIGHTING_DUE, [sandboxId, deps.graceSeconds])).rows[0]
-      ?.due === true;
-  while (!(await due())) {
+  const sighted = async () => ((await deps.adminDb.query(SIGHTED, [sandboxId])).rowCount ?? 0) > 0;
+  while (!(await sighted())) {
     if (preciseNow() >= deadlineMs || provisioner.sandbox(sandboxId) === undefined) return false;
     await sleep(50);
   }
   let raced = false;
   const admitting = platform.admitRootRun(scope.ref, {
     beforeCommit: async () => {
-      // The reclaimer lists every interval; a due leak meets its guard at the next listing.
-      const until = Math.min(deadlineMs, preciseNow() + 8_000);
+      // Due a grace after its first listing, the leak meets its guard at a listing after that:
+      // within two intervals, plus a margin for a loaded machine.
+      const holdMs = (deps.graceSeconds + 2 * deps.intervalSeconds) * 1000 + 4_000;
+      const until = Math.min(deadlineMs, preciseNow() + holdMs);
       while (!raced && preciseNow() < until) {
         const { rowCount } = await deps.adminDb.query(STACK_WAITS_FOR_ADVISORY_LOCK, [
           deps.stackApplicationName,

@@ -340,18 +340,27 @@ export async function playRun(
           if (!(await ctx.fences.waitCleared([root.runId], Math.max(0, until - preciseNow())))) return;
           let raced = false;
           const race = async () => {
-            raced = await admitWhileReclaimGuardWaits(
-              ctx.production,
-              {
-                adminDb: ctx.adminDb,
-                stackApplicationName: ctx.stackApplicationName,
-                graceSeconds: ctx.reclaimSettings.graceSeconds,
-              },
-              scope,
-              root,
-              roots,
-              until,
-            );
+            // A forced race that found no guard waiting (the reclaimer was slow to list, say) is
+            // played again on the scope's latest run, until its deadline.
+            let latest = root;
+            for (;;) {
+              const admittedBefore = roots.length;
+              raced = await admitWhileReclaimGuardWaits(
+                ctx.production,
+                {
+                  adminDb: ctx.adminDb,
+                  stackApplicationName: ctx.stackApplicationName,
+                  ...ctx.reclaimSettings,
+                },
+                scope,
+                latest,
+                roots,
+                until,
+              );
+              if (raced || !isForced(kind) || preciseNow() >= until) break;
+              if (roots.length > admittedBefore) latest = roots.at(-1)!;
+              await sleep(200);
+            }
           };
           const connected = await ctx.episodes.repeatableReadDefault(ms, until, race);
           if (connected > 0 && raced) note(kind);

@@ -4,14 +4,11 @@
  * Every case points the command at things that do not answer, so a command that went ahead
  * anyway would fail with exit 1 instead.
  */
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../../infra/local/embedded-postgres.ts';
-import { runChild } from '../support/child-process.ts';
+import { type Command, runCommand } from '../support/commands.ts';
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const ENTRY = { migrate: 'infra/migrate-cli.ts', stack: 'infra/local/stack-cli.ts' } as const;
+const COMMANDS = ['migrate', 'stack'] as const satisfies readonly Command[];
 
 let nowhere: Record<string, string>;
 beforeAll(async () => {
@@ -22,17 +19,13 @@ beforeAll(async () => {
   };
 });
 
-function run(command: keyof typeof ENTRY, args: string[]) {
+function run(command: Command, args: string[]) {
   const env: NodeJS.ProcessEnv = { ...process.env, ...nowhere };
   delete env.DATABASE_WS_PROXY;
-  return runChild(process.execPath, ['--import', 'tsx', join(ROOT, ENTRY[command]), ...args], {
-    cwd: ROOT,
-    env,
-    timeoutMs: 60_000,
-  });
+  return runCommand(command, args, { env, timeoutMs: 60_000 });
 }
 
-describe.each(Object.keys(ENTRY) as Array<keyof typeof ENTRY>)('npm run %s', (command) => {
+describe.each(COMMANDS)('npm run %s', (command) => {
   it.each([['--help'], ['-h']])(
     '%s prints the usage on stdout and exits 0 without doing the work',
     async (flag) => {

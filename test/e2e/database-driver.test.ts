@@ -7,20 +7,18 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { startStack } from '../../infra/local/stack.ts';
-import { type ChildRun, runChild } from '../support/child-process.ts';
+import type { ChildRun } from '../support/child-process.ts';
+import { type Command, runCommand } from '../support/commands.ts';
 import { useDatabaseFixture } from '../support/fixtures.ts';
 import { FAST_RETRY_ENV } from '../support/stack.ts';
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const ENTRY = { migrate: 'infra/migrate-cli.ts', ops: 'infra/ops/cli.ts' } as const;
 const NOWHERE = '127.0.0.1:9';
 const fixture = useDatabaseFixture();
 
 function run(
-  command: keyof typeof ENTRY,
+  command: Command,
   args: readonly string[],
   env: Record<string, string | undefined>,
 ): Promise<ChildRun> {
@@ -33,11 +31,7 @@ function run(
     ...env,
   };
   for (const [key, value] of Object.entries(childEnv)) if (value === undefined) delete childEnv[key];
-  return runChild(process.execPath, ['--import', 'tsx', join(ROOT, ENTRY[command]), ...args], {
-    cwd: ROOT,
-    env: childEnv,
-    timeoutMs: 60_000,
-  });
+  return runCommand(command, args, { env: childEnv, timeoutMs: 60_000 });
 }
 
 const COMMANDS = [

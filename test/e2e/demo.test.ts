@@ -12,10 +12,9 @@ import { afterAll, describe, expect, it } from 'vitest';
 import type { DemoSummary } from '../../infra/local/demo/summary.ts';
 import { isProcessAlive } from '../../infra/local/provisioner/server.ts';
 import { TERMINAL_RUN_STATUSES } from '../../infra/run-statuses.ts';
+import { commandArgs } from '../support/commands.ts';
 import { useDatabaseFixture } from '../support/fixtures.ts';
 import { eventually } from '../support/stack.ts';
-
-const CLI = 'infra/local/demo/cli.ts';
 
 interface DemoProcess {
   child: ChildProcess;
@@ -25,7 +24,7 @@ interface DemoProcess {
 }
 
 function startDemo(args: string[], env: Record<string, string | undefined>): DemoProcess {
-  const child = spawn(process.execPath, ['--import', 'tsx', CLI, ...args], {
+  const child = spawn(process.execPath, commandArgs('start', args), {
     cwd: process.cwd(),
     env: env as NodeJS.ProcessEnv,
     stdio: ['ignore', 'pipe', 'pipe'],

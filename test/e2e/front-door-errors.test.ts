@@ -8,20 +8,12 @@ import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { freePort } from '../../infra/local/embedded-postgres.ts';
-import { type ChildRun, runChild } from '../support/child-process.ts';
+import type { ChildRun } from '../support/child-process.ts';
+import { type Command, runCommand } from '../support/commands.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const ENTRY = {
-  stack: 'infra/local/stack-cli.ts',
-  start: 'infra/local/demo/cli.ts',
-  migrate: 'infra/migrate-cli.ts',
-  ops: 'infra/ops/cli.ts',
-  chaos: 'test/chaos/cli.ts',
-} as const;
 const CHILD_TIMEOUT_MS = 60_000;
 const UNRESOLVABLE_DATABASE = 'postgres://postgres@nosuchhost.invalid/x';
 
@@ -36,15 +28,11 @@ afterAll(async () => {
   await rm(scratch, { recursive: true, force: true });
 });
 
-/** `npm run <command> -- args` minus npm's start-up: node with tsx on the command's entry file. */
-function run(command: keyof typeof ENTRY, args: string[], env: Record<string, string | undefined>) {
+/** `npm run <command> -- args` minus npm's start-up (commands.ts). */
+function run(command: Command, args: string[], env: Record<string, string | undefined>) {
   const childEnv: NodeJS.ProcessEnv = { ...process.env, ...env };
   for (const [key, value] of Object.entries(childEnv)) if (value === undefined) delete childEnv[key];
-  return runChild(process.execPath, ['--import', 'tsx', join(ROOT, ENTRY[command]), ...args], {
-    cwd: ROOT,
-    env: childEnv,
-    timeoutMs: CHILD_TIMEOUT_MS,
-  });
+  return runCommand(command, args, { env: childEnv, timeoutMs: CHILD_TIMEOUT_MS });
 }
 
 const lines = (text: string) => text.split('\n').filter((line) => line.trim() !== '');

@@ -1,26 +1,24 @@
-import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { runChild } from '../support/child-process.ts';
+import { type Command, runCommand } from '../support/commands.ts';
 
 /**
  * What the commands print when their connection string is wrong: the database named, its password
- * never. Each command runs as an operator runs it (a child process through tsx), with a password
- * that appears nowhere else, so any occurrence in the output is a leak.
+ * never. Each command runs as an operator runs it, a child process (test/support/commands.ts), with
+ * a password that appears nowhere else, so any occurrence in the output is a leak.
  */
-const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const SECRET = 'Zq9-s3cr3t';
 
 const KEYWORD_DSN = `host=db.invalid port=5432 user=app password='${SECRET} pw' dbname=app`;
 const URL_DSN_BAD_HOST = `postgres://app:${SECRET}@db.invalid:5432/app`;
 const URL_DSN_UNPARSABLE = `postgres://app:${SECRET} p@w@db.invalid:99999/app`;
 
-/** Every entry point that reads DATABASE_URL; each is a process start (tsx), so few runs each. */
+/** Every entry point that reads DATABASE_URL, with what it is started with. */
 const COMMANDS = {
-  migrate: ['infra/migrate-cli.ts'],
-  ops: ['infra/ops/cli.ts', 'fences'],
-  stack: ['infra/local/stack-cli.ts'],
-  'npm start': ['infra/local/demo/cli.ts', '--runs', '1'],
-} as const;
+  migrate: ['migrate', []],
+  ops: ['ops', ['fences']],
+  stack: ['stack', []],
+  'npm start': ['start', ['--runs', '1']],
+} as const satisfies Record<string, readonly [Command, readonly string[]]>;
 
 async function run(command: keyof typeof COMMANDS, databaseUrl: string) {
   const env: NodeJS.ProcessEnv = {
@@ -33,11 +31,8 @@ async function run(command: keyof typeof COMMANDS, databaseUrl: string) {
     DATABASE_CONNECT_TIMEOUT_MS: '3000',
   };
   delete env.DATABASE_WS_PROXY;
-  return runChild(process.execPath, ['--import', 'tsx', ...COMMANDS[command]], {
-    cwd: ROOT,
-    env,
-    timeoutMs: 60_000,
-  });
+  const [name, args] = COMMANDS[command];
+  return runCommand(name, args, { env, timeoutMs: 60_000 });
 }
 
 describe('a keyword-form DSN (host=… password=…)', () => {

@@ -5,18 +5,16 @@
  * provisioner URL, with the stack's base queue names (QUEUE_NAME_PREFIX empty) in place of the
  * local stage's `local-` ones. LocalStack itself cannot run here (no Docker).
  */
-import { fileURLToPath } from 'node:url';
 import { SendMessageCommand } from '@aws-sdk/client-sqs';
 import { describe, expect, it } from 'vitest';
 import { QueueName } from '../../functions/adapters/queues.ts';
 import { freePort } from '../../infra/local/embedded-postgres.ts';
 import { SMOKE_UID } from '../../infra/smoke/smoke.ts';
-import { type ChildRun, runChild } from '../support/child-process.ts';
+import type { ChildRun } from '../support/child-process.ts';
+import { runCommand } from '../support/commands.ts';
 import { useSqsFixture, useStackFixture } from '../support/fixtures.ts';
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const CLI = fileURLToPath(new URL('../../infra/smoke/cli.ts', import.meta.url));
-/** tsx compiles the CLI at start; on two loaded cores that has taken tens of seconds (ops.test.ts). */
+/** A bound for a child that hangs, far above a start on two loaded cores. */
 const CHILD_TIMEOUT_MS = 120_000;
 
 const fixture = useStackFixture();
@@ -30,11 +28,7 @@ function smoke(args: string[], env: Record<string, string | undefined>): Promise
     ...env,
   };
   for (const [key, value] of Object.entries(childEnv)) if (value === undefined) delete childEnv[key];
-  return runChild(process.execPath, ['--import', 'tsx', CLI, ...args], {
-    cwd: ROOT,
-    env: childEnv as NodeJS.ProcessEnv,
-    timeoutMs: CHILD_TIMEOUT_MS,
-  });
+  return runCommand('smoke', args, { env: childEnv as NodeJS.ProcessEnv, timeoutMs: CHILD_TIMEOUT_MS });
 }
 
 /** The stack's endpoints, as the smoke check's variables name them. */

@@ -12,13 +12,13 @@ import { fileURLToPath } from 'node:url';
 import { SendMessageCommand } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { QueueName } from '../../functions/adapters/queues.ts';
+import { commandArgs } from '../support/commands.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 import { fenceOf, finishedRootRun } from '../support/factories.ts';
 import { type SqsEmulator, startSqsEmulator } from '../support/sqs-emulator.ts';
 import { eventually } from '../support/stack.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const STACK_CLI = fileURLToPath(new URL('../../infra/local/stack-cli.ts', import.meta.url));
 /** Far beyond the child's whole budget below: a stop that waited for the DELETE could not pass. */
 const DELETE_TIMEOUT_SECONDS = 300;
 const STOP_BUDGET_MS = 30_000;
@@ -58,7 +58,7 @@ function startStackChild(): { child: ChildProcess; output: () => string; exited:
     SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS: String(DELETE_TIMEOUT_SECONDS + 60),
     FENCE_SWEEP_INTERVAL_SECONDS: '3600',
   };
-  const child = spawn(process.execPath, ['--import', 'tsx', STACK_CLI], {
+  const child = spawn(process.execPath, commandArgs('stack'), {
     cwd: ROOT,
     env,
     stdio: ['ignore', 'pipe', 'pipe'],

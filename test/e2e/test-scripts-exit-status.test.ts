@@ -35,6 +35,13 @@ const TIERS = {
   test: 5,
 } as const;
 const CHILD_TIMEOUT_MS = 120_000;
+/**
+ * Tiers without a global setup (vitest.config.ts) start no database in either mode: their two runs
+ * would be the same run, so they run in the embedded mode only, as a new clone runs them.
+ */
+const NO_DATABASE = new Set<(typeof SCRIPTS)[number]>(['test:unit', 'test:harness']);
+const scriptsIn = (mode: Mode) =>
+  mode === 'DATABASE_URL' ? SCRIPTS.filter((script) => !NO_DATABASE.has(script)) : [...SCRIPTS];
 
 type Mode = 'embedded PostgreSQL' | 'DATABASE_URL';
 
@@ -52,13 +59,24 @@ function npmRun(script: string, fixture: 'failing' | 'passing', mode: Mode): Pro
 
 const plain = (run: ChildRun) => stripVTControlCharacters(`${run.stdout}\n${run.stderr}`);
 
+it('runs in one mode only the tiers that start no database (no global setup)', async () => {
+  const config = (await import('../../vitest.config.ts')).default as {
+    test: { projects: Array<{ test: { name: string; globalSetup?: string[] } }> };
+  };
+  for (const script of NO_DATABASE) {
+    const project = config.test.projects.find((entry) => entry.test.name === script.slice('test:'.length));
+    expect(project, script).toBeDefined();
+    expect(project?.test.globalSetup, script).toBeUndefined();
+  }
+});
+
 // Each test waits for a whole `npm run` (typecheck, lint, Vitest) beside the rest of the suite: its
 // timeout is the child's bound and a margin, so a slow machine meets the child's own bound first.
 describe.each<Mode>(['embedded PostgreSQL', 'DATABASE_URL'])(
   'test scripts with %s',
   { timeout: CHILD_TIMEOUT_MS + 30_000 },
   (mode) => {
-    it.each(SCRIPTS)('npm run %s exits non-zero when a test fails', async (script) => {
+    it.each(scriptsIn(mode))('npm run %s exits non-zero when a test fails', async (script) => {
       const run = await npmRun(script, 'failing', mode);
       const output = plain(run);
       expect(run.code, output).not.toBe(0);

@@ -11,6 +11,7 @@ import { createTelemetry } from '../../functions/adapters/observability.ts';
 import { QueueName } from '../../functions/adapters/queues.ts';
 import { createFenceCheckHandler } from '../../functions/fence-check/handler.ts';
 import { type BackendStorm, StormTarget, startBackendStorm } from '../support/backend-storm.ts';
+import { commandArgs } from '../support/commands.ts';
 import { finishedRootRun } from '../support/factories.ts';
 import { useDatabaseFixture, useSqsFixture } from '../support/fixtures.ts';
 import { sqsRecord } from '../support/sqs-record.ts';
@@ -34,7 +35,6 @@ import {
  */
 const fixture = useDatabaseFixture();
 const sqsFixture = useSqsFixture();
-const STORM_CHILD = fileURLToPath(new URL('../support/termination-storm-child.ts', import.meta.url));
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
 const BASE = { lockTimeoutMs: 2_000, statementTimeoutMs: 3_000 };
@@ -127,7 +127,7 @@ async function runStormChild(
   stderr: string;
   storm: BackendStorm;
 }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', STORM_CHILD], {
+  const child = spawn(process.execPath, commandArgs('termination-storm-child'), {
     cwd: ROOT,
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -52,6 +52,7 @@ export const DRIVER_FREE_FILES: Readonly<Record<string, DriverFreeFile>> = {
   'test/integration/aws-timeouts.test.ts': { reason: 'SQS and SSM endpoints that never answer; no database' },
   'test/e2e/cli-usage.test.ts': { reason: 'usage errors, and a database URL where nothing listens' },
   'test/e2e/secrets-in-output.test.ts': { reason: 'redaction of URLs that reach no database' },
+  'test/e2e/package-scripts.test.ts': { reason: "the package scripts' wiring, each asked for --help" },
   'test/e2e/test-scripts-exit-status.test.ts': {
     reason: "the test scripts' exit status on fixtures of one assertion each",
     childrenOnly: true,

@@ -21,6 +21,7 @@ import { type EmbeddedPostgresHandle, startEmbeddedPostgres } from '../../infra/
 import { isLocalStackError } from '../../infra/local/errors.ts';
 import { migrate } from '../../infra/migrate.ts';
 import { runChild } from './child-process.ts';
+import { buildCommandBundles, type CommandBundles } from './command-bundles.ts';
 import { TEST_CONNECT_TIMEOUT_MS } from './connect-bound.ts';
 import { type PgBouncer, poolerRequested, startPoolerFor } from './pgbouncer.ts';
 import { suiteDriver } from './suite-driver.ts';
@@ -30,6 +31,8 @@ declare module 'vitest' {
     database: TestDatabaseServer;
     /** The operator CLI's bundle, built from this checkout's source for this run (ops-cli.ts). */
     opsBundle: string;
+    /** Each command's bundle, built from this checkout's source for this run (commands.ts). */
+    commandBundles: CommandBundles;
   }
 }
 
@@ -48,6 +51,7 @@ interface StartedServer {
   /** What every project sees alike; each adds its own driver and path (setup). */
   base: Omit<TestDatabaseServer, 'driver' | 'poolerPort'>;
   opsBundle: string;
+  commandBundles: CommandBundles;
   /** A PgBouncer in front of it, started by the first project that asks for one (then shared). */
   pooler: () => Promise<PgBouncer>;
   stop: () => Promise<void>;
@@ -94,6 +98,7 @@ export default async function setup(project: TestProject) {
   }
   project.provide('database', { ...server.base, driver: suiteDriver(projectEnv), poolerPort });
   project.provide('opsBundle', server.opsBundle);
+  project.provide('commandBundles', server.commandBundles);
   return leave;
 }
 
@@ -135,8 +140,14 @@ async function buildOpsBundle(): Promise<{ bundle: string; remove: () => Promise
 
 async function startServer(): Promise<StartedServer> {
   const opsBundle = buildOpsBundle();
+  const commandBundles = buildCommandBundles();
   // Awaited below; a rejection before then must not surface as an unhandled one.
   opsBundle.catch(() => {});
+  commandBundles.catch(() => {});
+  const removeBundles = async () => {
+    await (await opsBundle.catch(() => undefined))?.remove();
+    await (await commandBundles.catch(() => undefined))?.remove();
+  };
   let embedded: EmbeddedPostgresHandle | undefined;
   let embeddedDir: string | undefined;
   let adminUrl = process.env.DATABASE_URL;
@@ -145,7 +156,7 @@ async function startServer(): Promise<StartedServer> {
     // A start that fails (a missing library, say) must not leave its folder behind.
     embedded = await startEmbeddedPostgres({ dataDir: dir, persistent: false }).catch(async (error) => {
       await rm(dir, { recursive: true, force: true });
-      await (await opsBundle.catch(() => undefined))?.remove();
+      await removeBundles();
       throw error;
     });
     embeddedDir = dir;
@@ -173,7 +184,7 @@ async function startServer(): Promise<StartedServer> {
       await admin.query(`DROP DATABASE IF EXISTS "${datname.replace(/"/g, '')}" WITH (FORCE)`);
     }
     await admin.end();
-    await (await opsBundle.catch(() => undefined))?.remove();
+    await removeBundles();
     await (await pooler?.catch(() => undefined))?.stop();
     await bridge.close();
     if (embedded) await embedded.stop();
@@ -200,8 +211,10 @@ async function startServer(): Promise<StartedServer> {
     throw error;
   }
   let bundle: string;
+  let bundles: CommandBundles;
   try {
     bundle = (await opsBundle).bundle;
+    bundles = (await commandBundles).bundles;
   } catch (error) {
     await stop().catch(() => {});
     throw error;
@@ -209,6 +222,7 @@ async function startServer(): Promise<StartedServer> {
   return {
     base: { adminUrl, template, wsProxy: bridge.address },
     opsBundle: bundle,
+    commandBundles: bundles,
     // Started only once the template is migrated: a pooler would keep server connections to it
     // open, and PostgreSQL refuses to copy a template database somebody is connected to.
     pooler: () => {

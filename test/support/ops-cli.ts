@@ -2,7 +2,7 @@
  * The operator CLI as the tests start it: a child process running the bundle the
  * `runtime-cleanup-ops` bin runs, built from this checkout's source once per test run
  * (global-setup.ts), with the test's environment over the worker's. `npm run ops` itself (tsx,
- * npm's banner) is proven by the tests that name it: front-door-errors, aws-timeouts,
+ * npm's banner) is proven by the tests that name it: package-scripts, aws-timeouts,
  * database-no-password, template-production and ops-bin.
  */
 import { fileURLToPath } from 'node:url';

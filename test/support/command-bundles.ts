@@ -1,0 +1,90 @@
+/**
+ * The project's commands as the tests start them: each entry file built from this checkout's
+ * source, once per test run (global-setup.ts), into one ES module per command. Node then loads the
+ * project's code as one file and its dependencies from node_modules as usual, instead of tsx
+ * compiling some seventy to two hundred modules at every start: about 0.9 s of CPU a start, and the
+ * e2e tier starts these commands over a hundred times across its passes on a two-core machine.
+ *
+ * What the bundles change is how the source is loaded, never what it does: the dependencies stay
+ * outside (resolved from the repository's node_modules, which is why the bundles are written under
+ * it), and every source file keeps its own `import.meta.url`, so what a module reads beside itself
+ * (infra/sql/, infra/migrations/) is found where it is. `npm run <command>` itself (npm, tsx) is
+ * started by test/e2e/package-scripts.test.ts; the operator CLI's bin bundle by ops-cli.ts.
+ */
+import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { build, type Plugin } from 'esbuild';
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+
+/** Each command's entry file, as package.json's script (or the test's own child) starts it. */
+export const COMMAND_ENTRIES = {
+  stack: 'infra/local/stack-cli.ts',
+  start: 'infra/local/demo/cli.ts',
+  migrate: 'infra/migrate-cli.ts',
+  ops: 'infra/ops/cli.ts',
+  chaos: 'test/chaos/cli.ts',
+  smoke: 'infra/smoke/cli.ts',
+  provisioner: 'infra/local/provisioner/cli.ts',
+  'termination-storm-child': 'test/support/termination-storm-child.ts',
+} as const;
+
+export type Command = keyof typeof COMMAND_ENTRIES;
+export type CommandBundles = Record<Command, string>;
+
+/** `import.meta.url` of each source file, as tsx would give it: the file's own URL. */
+const keepImportMetaUrl: Plugin = {
+  name: 'keep-import-meta-url',
+  setup(builder) {
+    builder.onLoad({ filter: /\.[cm]?[jt]s$/ }, async ({ path }) => {
+      const source = await readFile(path, 'utf8');
+      if (!source.includes('import.meta.url')) return undefined;
+      return {
+        contents: source.replaceAll('import.meta.url', JSON.stringify(pathToFileURL(path).href)),
+        loader: path.endsWith('.ts') ? 'ts' : 'js',
+      };
+    });
+  },
+};
+
+/** Builds every command into a folder of this run's own; `remove` deletes it. */
+export async function buildCommandBundles(): Promise<{
+  bundles: CommandBundles;
+  remove: () => Promise<void>;
+}> {
+  const cache = join(ROOT, 'node_modules', '.cache');
+  await mkdir(cache, { recursive: true });
+  const outdir = await mkdtemp(join(cache, 'runtime-cleanup-test-commands-'));
+  const remove = () => rm(outdir, { recursive: true, force: true });
+  try {
+    await build({
+      absWorkingDir: ROOT,
+      entryPoints: COMMAND_ENTRIES,
+      outdir,
+      outExtension: { '.js': '.mjs' },
+      bundle: true,
+      // One copy of the modules the commands share, loaded once per start.
+      splitting: true,
+      platform: 'node',
+      format: 'esm',
+      target: 'node22',
+      banner: {
+        js: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);",
+      },
+      mainFields: ['module', 'main'],
+      external: ['pg-native'],
+      // Error classes take their `name` from the class, which the commands print.
+      keepNames: true,
+      plugins: [keepImportMetaUrl],
+      logLevel: 'silent',
+    });
+  } catch (error) {
+    await remove();
+    throw error;
+  }
+  const bundles = Object.fromEntries(
+    Object.keys(COMMAND_ENTRIES).map((command) => [command, join(outdir, `${command}.mjs`)]),
+  ) as CommandBundles;
+  return { bundles, remove };
+}

@@ -15,27 +15,35 @@ import { build } from 'esbuild';
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 export const DEFAULT_OUTFILE = `${ROOT}dist/ops.mjs`;
 
+/**
+ * How a command and its dependencies become one ES module that Node starts: this bundle's, and the
+ * bundles the tests start the other commands from (test/support/command-bundles.ts).
+ */
+export const NODE_COMMAND_BUNDLE = {
+  bundle: true,
+  platform: 'node',
+  format: 'esm',
+  target: 'node22',
+  // As the functions' bundles (serverless.yml, custom.esbuild): CommonJS dependencies bundled
+  // into ESM still require() Node built-ins (the AWS SDK's 'node:https', ws's 'events'), which
+  // esbuild's shim refuses unless a real require exists; ES builds first, they tree-shake.
+  banner: {
+    js: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);",
+  },
+  mainFields: ['module', 'main'],
+  // Not minified: it starts no faster (measured), and an operator's stack trace stays readable.
+  // keepNames: error classes take their `name` from the class, which the CLI prints.
+  keepNames: true,
+  // node-postgres's optional native binding, never used (as for the functions).
+  external: ['pg-native'],
+};
+
 export async function buildOpsBundle(outfile = DEFAULT_OUTFILE) {
   await build({
+    ...NODE_COMMAND_BUNDLE,
     absWorkingDir: ROOT,
     entryPoints: ['infra/ops/cli.ts'],
     outfile,
-    bundle: true,
-    platform: 'node',
-    format: 'esm',
-    target: 'node22',
-    // As the functions' bundles (serverless.yml, custom.esbuild): CommonJS dependencies bundled
-    // into ESM still require() Node built-ins (the AWS SDK's 'node:https', ws's 'events'), which
-    // esbuild's shim refuses unless a real require exists; ES builds first, they tree-shake.
-    banner: {
-      js: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);",
-    },
-    mainFields: ['module', 'main'],
-    // Not minified: it starts no faster (measured), and an operator's stack trace stays readable.
-    // keepNames: error classes take their `name` from the class, which the CLI prints.
-    keepNames: true,
-    // node-postgres's optional native binding, never used (as for the functions).
-    external: ['pg-native'],
     logLevel: 'warning',
   });
 }

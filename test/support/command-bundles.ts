@@ -15,6 +15,7 @@ import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { build, type Plugin } from 'esbuild';
+import { NODE_COMMAND_BUNDLE } from '../../infra/ops/build-bundle.mjs';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
@@ -62,20 +63,10 @@ export async function buildCommandBundles(): Promise<{
       absWorkingDir: ROOT,
       entryPoints: COMMAND_ENTRIES,
       outdir,
+      ...NODE_COMMAND_BUNDLE,
       outExtension: { '.js': '.mjs' },
-      bundle: true,
       // One copy of the modules the commands share, loaded once per start.
       splitting: true,
-      platform: 'node',
-      format: 'esm',
-      target: 'node22',
-      banner: {
-        js: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);",
-      },
-      mainFields: ['module', 'main'],
-      external: ['pg-native'],
-      // Error classes take their `name` from the class, which the commands print.
-      keepNames: true,
       plugins: [keepImportMetaUrl],
       logLevel: 'silent',
     });

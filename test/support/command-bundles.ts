@@ -12,7 +12,7 @@
  * started by test/e2e/package-scripts.test.ts; the operator CLI's bin bundle by ops-cli.ts.
  */
 import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { build, type Plugin } from 'esbuild';
 import { NODE_COMMAND_BUNDLE } from '../../infra/ops/build-bundle.mjs';
@@ -34,15 +34,26 @@ export const COMMAND_ENTRIES = {
 export type Command = keyof typeof COMMAND_ENTRIES;
 export type CommandBundles = Record<Command, string>;
 
-/** `import.meta.url` of each source file, as tsx would give it: the file's own URL. */
-const keepImportMetaUrl: Plugin = {
-  name: 'keep-import-meta-url',
+/**
+ * Where each loaded file is, as Node would tell it: `import.meta.url` its own URL, and `__dirname`
+ * and `__filename` (CommonJS, which a dependency may use to find a file of its own, such as pino's
+ * transport worker) its own folder and path, where the file does not declare them itself.
+ */
+const keepFileLocation: Plugin = {
+  name: 'keep-file-location',
   setup(builder) {
     builder.onLoad({ filter: /\.[cm]?[jt]s$/ }, async ({ path }) => {
       const source = await readFile(path, 'utf8');
-      if (!source.includes('import.meta.url')) return undefined;
+      const usesUrl = source.includes('import.meta.url');
+      const usesCommonJsLocation =
+        /\b__(dirname|filename)\b/.test(source) &&
+        !/\b(var|let|const|function)\s+__(dirname|filename)\b/.test(source);
+      if (!usesUrl && !usesCommonJsLocation) return undefined;
+      const location = usesCommonJsLocation
+        ? `var __dirname = ${JSON.stringify(dirname(path))}, __filename = ${JSON.stringify(path)};\n`
+        : '';
       return {
-        contents: source.replaceAll('import.meta.url', JSON.stringify(pathToFileURL(path).href)),
+        contents: location + source.replaceAll('import.meta.url', JSON.stringify(pathToFileURL(path).href)),
         loader: path.endsWith('.ts') ? 'ts' : 'js',
       };
     });
@@ -67,7 +78,7 @@ export async function buildCommandBundles(): Promise<{
       outExtension: { '.js': '.mjs' },
       // One copy of the modules the commands share, loaded once per start.
       splitting: true,
-      plugins: [keepImportMetaUrl],
+      plugins: [keepFileLocation],
       logLevel: 'silent',
     });
   } catch (error) {

@@ -11,7 +11,7 @@
  * (infra/sql/, infra/migrations/) is found where it is. `npm run <command>` itself (npm, tsx) is
  * started by test/e2e/package-scripts.test.ts; the operator CLI's bin bundle by ops-cli.ts.
  */
-import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { build, type Plugin } from 'esbuild';
@@ -60,6 +60,19 @@ const keepFileLocation: Plugin = {
   },
 };
 
+const BUNDLES_PREFIX = 'runtime-cleanup-test-commands-';
+/** Older than any test run: a folder left by a run that was killed before its teardown. */
+const ABANDONED_AFTER_MS = 24 * 60 * 60 * 1000;
+
+async function removeAbandoned(cache: string): Promise<void> {
+  for (const entry of await readdir(cache)) {
+    if (!entry.startsWith(BUNDLES_PREFIX)) continue;
+    const folder = join(cache, entry);
+    const { mtimeMs } = await stat(folder).catch(() => ({ mtimeMs: Date.now() }));
+    if (Date.now() - mtimeMs > ABANDONED_AFTER_MS) await rm(folder, { recursive: true, force: true });
+  }
+}
+
 /** Builds every command into a folder of this run's own; `remove` deletes it. */
 export async function buildCommandBundles(): Promise<{
   bundles: CommandBundles;
@@ -67,7 +80,8 @@ export async function buildCommandBundles(): Promise<{
 }> {
   const cache = join(ROOT, 'node_modules', '.cache');
   await mkdir(cache, { recursive: true });
-  const outdir = await mkdtemp(join(cache, 'runtime-cleanup-test-commands-'));
+  await removeAbandoned(cache);
+  const outdir = await mkdtemp(join(cache, BUNDLES_PREFIX));
   const remove = () => rm(outdir, { recursive: true, force: true });
   try {
     await build({

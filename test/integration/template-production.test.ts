@@ -82,7 +82,8 @@ beforeAll(async () => {
     taskDirs.set(key, task);
     bundles.set(key, await readFile(join(task, HANDLER_PATHS[key]), 'utf8'));
   }
-});
+  // Packaging waits its turn behind the other packaging files (PACKAGE_LOCK_WAIT_MS), then packages.
+}, 330_000);
 
 afterAll(async () => {
   if (workDir) await rm(workDir, { recursive: true, force: true });

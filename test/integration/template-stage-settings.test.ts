@@ -104,7 +104,7 @@ beforeAll(async () => {
       'provisionerToken=true',
     ],
   });
-}, 240_000);
+}, 400_000);
 
 afterAll(async () => {
   if (workDir) await rm(workDir, { recursive: true, force: true });

@@ -125,7 +125,8 @@ beforeAll(async () => {
     await symlink(join(PROJECT_ROOT, 'node_modules', '@aws-sdk'), join(task, 'node_modules', '@aws-sdk'));
     taskDirs.set(key, task);
   }
-});
+  // Packaging waits its turn behind the other packaging files (PACKAGE_LOCK_WAIT_MS), then packages.
+}, 330_000);
 
 afterAll(async () => {
   if (workDir) await rm(workDir, { recursive: true, force: true });

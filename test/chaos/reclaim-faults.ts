@@ -21,6 +21,7 @@ import { preciseNow } from './clock.ts';
 import type { RunPlan } from './plan.ts';
 import type { ScopeState } from './platform-ops.ts';
 import type { ProductionFaultContext } from './production-faults.ts';
+import { HARNESS_STATEMENT_TIMEOUT_MS } from './settings.ts';
 
 /** What the reclaimer's faults leave for the final checks (reclaim-checks.ts). */
 export interface ReclaimFaultState {
@@ -666,29 +667,84 @@ export async function reuseDeterministicIdAfterReclaim(
 
 // --- an admission racing the reclaim guard, under REPEATABLE READ -------------------------------
 
-/** The reclaimer has listed the sandbox (its grace runs from here). */
-const SIGHTED = `SELECT 1 FROM runtime_reclaim_sightings WHERE sandbox_id = $1::text`;
+/**
+ * The reclaimer has listed the sandbox (its grace runs from here): how long until it is due, by the
+ * database's clock and the grace the guard applies (never below the deployment's of record), as
+ * runtime_cleanup_begin_reclaim reads them.
+ */
+const DUE_IN_MS = `
+  SELECT GREATEST(0, EXTRACT(EPOCH FROM first_seen_at
+      + make_interval(secs => runtime_cleanup_setting_of_record('reclaim_grace_seconds', $2::float8))
+      - clock_timestamp()) * 1000)::float8 AS due_in_ms
+  FROM runtime_reclaim_sightings WHERE sandbox_id = $1::text`;
 const RUNNING_IN_SCOPE = `
   SELECT id FROM agent_runs WHERE uid = $1::text AND runtime_scope_id = $2::text AND status = 'running'`;
-/** A backend of the stack waiting for an advisory lock (the reclaim guard, for the scope's). */
-const STACK_WAITS_FOR_ADVISORY_LOCK = `
+/**
+ * The reclaim guard of this scope waiting for the scope's lock: a stack backend inside
+ * runtime_cleanup_begin_reclaim, waiting for the advisory lock whose key is the scope's
+ * (pg_advisory_xact_lock(bigint) shows the key's high half as classid, the low half as objid,
+ * objsubid 1). Any advisory wait would also match the scope's own cleanups, which wait on the
+ * admission's lock too, and count a race that never met the guard.
+ */
+const RECLAIM_GUARD_WAITS_FOR_SCOPE = `
   SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-  WHERE l.locktype = 'advisory' AND NOT l.granted AND a.application_name = $1::text
-    AND a.datname = current_database()`;
+  WHERE l.locktype = 'advisory' AND NOT l.granted AND l.objsubid = 1
+    AND ((l.classid::bigint << 32) | l.objid::bigint) = runtime_cleanup_lock_key($2::text, $3::text)
+    AND a.application_name = $1::text AND a.datname = current_database()
+    AND a.query ILIKE '%runtime_cleanup_begin_reclaim%'`;
+/** How long before the leak is due the admission takes the scope's lock. */
+const LOCK_BEFORE_DUE_MS = 1_000;
+
+/**
+ * How long the race's admission holds the scope's lock, waiting for the guard: taken a second
+ * before the leak is due, it meets the guard at a listing within two intervals after, plus a
+ * margin for a loaded machine; never past the harness pools' idle-in-transaction limit (less 5 s
+ * for the insert and the commit), which would end the admission as a harness error. The grace is
+ * not part of it: that wait happens before the transaction opens.
+ */
+export function admissionHoldMs(intervalSeconds: number): number {
+  return Math.min(
+    HARNESS_STATEMENT_TIMEOUT_MS - 5_000,
+    LOCK_BEFORE_DUE_MS + 2 * intervalSeconds * 1000 + 4_000,
+  );
+}
+
+/** Whether the scope's reclaim guard, run by the stack, is waiting for the scope's lock now. */
+export async function reclaimGuardWaitsForScope(
+  adminDb: Database,
+  stackApplicationName: string,
+  scope: { uid: string; runtimeScopeId: string },
+): Promise<boolean> {
+  const { rowCount } = await adminDb.query(RECLAIM_GUARD_WAITS_FOR_SCOPE, [
+    stackApplicationName,
+    scope.uid,
+    scope.runtimeScopeId,
+  ]);
+  return (rowCount ?? 0) > 0;
+}
+
+/** What one play of the race came to: whether it met the guard, and the run it admitted. */
+export interface ReclaimGuardRace {
+  /** The guard waited on this scope's lock while the admission held it, and a run was inserted. */
+  raced: boolean;
+  /** The run admitted and handed the sandbox, if the admission got that far. */
+  admitted: AdmittedRun | undefined;
+}
 
 /**
  * Reclaimer bug 1's race, played for real: after the run's cleanup, its scope's id is created again
- * and never recorded (a leak the scope's row names). Once the reclaimer has listed the leak, the
- * platform admits a run into the scope the documented way — its transaction takes the scope's lock
- * and inserts the run — and holds the lock until a stack backend is seen waiting for an advisory
- * lock (the reclaim guard, for the scope's), then commits. A guard whose snapshot predates its lock
- * (REPEATABLE READ) sees the scope idle and deletes the container the admitted run is then handed
- * (its POST reuses it): invariant GC at the DELETE's arrival. Returns whether the guard was seen
- * waiting.
+ * and never recorded (a leak the scope's row names). Shortly before the reclaimer finds the leak due,
+ * the platform admits a run into the scope the documented way — its transaction takes the scope's
+ * lock and inserts the run — and holds the lock until the scope's reclaim guard is seen waiting for
+ * it, then commits. A guard whose snapshot predates its lock (REPEATABLE READ) sees the scope idle
+ * and deletes the container the admitted run is then handed (its POST reuses it): invariant GC at
+ * the DELETE's arrival.
  *
- * The lock is taken as soon as the leak is listed, not once it is due: the reclaimer deletes at the
- * first listing that finds it due, which may come before a poller has seen it due, and a leak
- * deleted before the admission began raced nothing (a forced run once missed its trigger so).
+ * The wait for the leak to come due happens outside the transaction, so that a long grace
+ * (`--reclaim-grace 30`) does not hold it open past the pool's idle-in-transaction limit; the lock
+ * is taken a second before it is due, because the reclaimer deletes at the first listing that finds
+ * it due, and a leak deleted before the admission began raced nothing (a forced run once missed its
+ * trigger so).
  */
 export async function admitWhileReclaimGuardWaits(
   ctx: ProductionFaultContext,
@@ -702,42 +758,44 @@ export async function admitWhileReclaimGuardWaits(
   root: AdmittedRun,
   roots: AdmittedRun[],
   deadlineMs: number,
-): Promise<boolean> {
+): Promise<ReclaimGuardRace> {
   const { provisioner, platform } = ctx;
+  const missed: ReclaimGuardRace = { raced: false, admitted: undefined };
   const sandboxId = root.sandboxId;
-  if (!(await ctx.fences.waitCleared([root.runId], left(deadlineMs)))) return false;
-  if (provisioner.sandbox(sandboxId) !== undefined) return false;
+  if (!(await ctx.fences.waitCleared([root.runId], left(deadlineMs)))) return missed;
+  if (provisioner.sandbox(sandboxId) !== undefined) return missed;
   const response = await createSandbox(ctx.provisionerUrl, {
     sandboxId,
     threadId: scope.ref.threadId,
     uid: scope.ref.uid,
   });
-  if (!response.created) return false;
-  const sighted = async () => ((await deps.adminDb.query(SIGHTED, [sandboxId])).rowCount ?? 0) > 0;
-  while (!(await sighted())) {
-    if (preciseNow() >= deadlineMs || provisioner.sandbox(sandboxId) === undefined) return false;
-    await sleep(50);
+  if (!response.created) return missed;
+  const dueInMs = async () =>
+    (await deps.adminDb.query<{ due_in_ms: number }>(DUE_IN_MS, [sandboxId, deps.graceSeconds])).rows[0]
+      ?.due_in_ms;
+  for (;;) {
+    if (preciseNow() >= deadlineMs || provisioner.sandbox(sandboxId) === undefined) return missed;
+    const due = await dueInMs();
+    if (due !== undefined && due <= LOCK_BEFORE_DUE_MS) break;
+    await sleep(due === undefined ? 50 : Math.min(500, due - LOCK_BEFORE_DUE_MS));
   }
-  let raced = false;
+  let guardWaited = false;
   const admitting = platform.admitRootRun(scope.ref, {
     beforeCommit: async () => {
-      // Due a grace after its first listing, the leak meets its guard at a listing after that:
-      // within two intervals, plus a margin for a loaded machine.
-      const holdMs = (deps.graceSeconds + 2 * deps.intervalSeconds) * 1000 + 4_000;
-      const until = Math.min(deadlineMs, preciseNow() + holdMs);
-      while (!raced && preciseNow() < until) {
-        const { rowCount } = await deps.adminDb.query(STACK_WAITS_FOR_ADVISORY_LOCK, [
-          deps.stackApplicationName,
-        ]);
-        if (rowCount) raced = true;
+      const until = Math.min(deadlineMs, preciseNow() + admissionHoldMs(deps.intervalSeconds));
+      while (!guardWaited && preciseNow() < until) {
+        if (await reclaimGuardWaitsForScope(deps.adminDb, deps.stackApplicationName, scope.ref))
+          guardWaited = true;
         else await sleep(10);
       }
     },
   });
+  let refusedSandbox = false;
   const next = await admitting.catch(async (error: unknown) => {
     // Admitted, then its sandbox refused (55006: the container is being reclaimed, a DELETE that
     // should never have been sent): the platform ends the run that got no sandbox.
     if ((error as { code?: string }).code !== '55006') throw error;
+    refusedSandbox = true;
     const { rows } = await ctx.operatorDb.query<{ id: string }>(RUNNING_IN_SCOPE, [
       scope.ref.uid,
       scope.ref.runtimeScopeId,
@@ -745,6 +803,9 @@ export async function admitWhileReclaimGuardWaits(
     for (const row of rows) await platform.finishRun(row.id, 'failed');
     return undefined;
   });
+  // Neither a run nor a refused sandbox: the admission found the scope fenced and inserted no run,
+  // so the guard had nothing to race.
+  const inserted = next !== undefined || refusedSandbox;
   if (next) {
     ctx.scopes.noteSandbox(scope, next.sandboxId);
     roots.push(next);
@@ -752,7 +813,7 @@ export async function admitWhileReclaimGuardWaits(
     await sleep(1_000);
     await platform.finishRun(next.runId, 'completed');
   }
-  return raced;
+  return { raced: guardWaited && inserted, admitted: next };
 }
 
 /**

@@ -344,8 +344,7 @@ export async function playRun(
             // played again on the scope's latest run, until its deadline.
             let latest = root;
             for (;;) {
-              const admittedBefore = roots.length;
-              raced = await admitWhileReclaimGuardWaits(
+              const play = await admitWhileReclaimGuardWaits(
                 ctx.production,
                 {
                   adminDb: ctx.adminDb,
@@ -357,8 +356,9 @@ export async function playRun(
                 roots,
                 until,
               );
+              raced = play.raced;
               if (raced || !isForced(kind) || preciseNow() >= until) break;
-              if (roots.length > admittedBefore) latest = roots.at(-1)!;
+              latest = play.admitted ?? latest;
               await sleep(200);
             }
           };

@@ -10,6 +10,13 @@ import type { Timeouts } from './plan.ts';
 export const STACK_APPLICATION_NAME = 'runtime-cleanup-stack';
 
 /**
+ * The statement timeout of the harness's own pools (engine.ts), and so their idle-in-transaction
+ * limit: a harness transaction held open longer (the REPEATABLE READ race's admission) is ended by
+ * the server as a harness error.
+ */
+export const HARNESS_STATEMENT_TIMEOUT_MS = 20_000;
+
+/**
  * The chaos configuration (the integration contract's variables). Timeouts are short so that
  * failures play out in seconds; their relations are the deployed ones (cleanup timeout > lock
  * wait + delete timeout).

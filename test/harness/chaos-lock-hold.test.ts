@@ -6,6 +6,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { HoldTracker, holdVerdict, type LockHolder } from '../chaos/lock-probe.ts';
+import { admissionHoldMs } from '../chaos/reclaim-faults.ts';
+import { HARNESS_STATEMENT_TIMEOUT_MS } from '../chaos/settings.ts';
 
 const WINDOW_MS = 1_200;
 
@@ -93,5 +95,17 @@ describe('the lock probe times a hold per backend and transaction', () => {
     const both = [holder(42, tx), { ...holder(42, tx), lock: 'row' as const }];
     const { tracker } = judge([[0, both]]);
     expect(tracker.longest()).toBeUndefined();
+  });
+});
+
+describe("the REPEATABLE READ race's admission", () => {
+  it('holds its transaction under the harness pools’ idle-in-transaction limit, however long the grace', () => {
+    // The grace is waited out before the transaction opens (a --reclaim-grace 30 run once held the
+    // admission past the 20 s limit, a harness error in every run that planned the race).
+    for (const intervalSeconds of [1, 2, 5, 30, 600]) {
+      expect(admissionHoldMs(intervalSeconds)).toBeLessThan(HARNESS_STATEMENT_TIMEOUT_MS);
+    }
+    // Long enough for the guard of the default settings' two listings after the leak is due.
+    expect(admissionHoldMs(2)).toBeGreaterThanOrEqual(1_000 + 2 * 2_000);
   });
 });

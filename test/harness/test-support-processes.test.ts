@@ -4,7 +4,7 @@
  * behind a hung run.
  */
 import { readFileSync } from 'node:fs';
-import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -53,6 +53,56 @@ describe('withFileLock', () => {
     );
     expect(most).toBe(1);
     expect(order.sort()).toEqual([1, 2, 3, 4]);
+  });
+
+  it('lets waiters in in arrival order: a holder that takes it again queues behind them', async () => {
+    // template-stage-settings packages a dozen times in a row; a lock that let it re-take at once
+    // starved the other packaging files' waiters (a merged run gave up after 100 s).
+    const lock = join(dir, 'lock');
+    const order: string[] = [];
+    let waiter: Promise<void> | undefined;
+    await withFileLock(
+      lock,
+      async () => {
+        waiter = withFileLock(lock, async () => void order.push('waiter'), { waitMs: 10_000 });
+        // The waiter has queued once its ticket is there (a lock without a queue gets 10 s).
+        const until = Date.now() + 10_000;
+        const queued = async () => ((await readdir(`${lock}.queue`).catch(() => [])).length ?? 0) > 0;
+        while (!(await queued()) && Date.now() < until) await sleep(5);
+      },
+      { waitMs: 1_000 },
+    );
+    await withFileLock(lock, async () => void order.push('holder again'), { waitMs: 10_000 });
+    await waiter;
+    expect(order).toEqual(['waiter', 'holder again']);
+  });
+
+  it('skips the ticket of a waiter that died', async () => {
+    const lock = join(dir, 'lock');
+    const dead = await runChild('sh', ['-c', 'echo $$'], { cwd: dir, env: process.env });
+    await mkdir(`${lock}.queue`, { recursive: true });
+    await writeFile(join(`${lock}.queue`, `000000000000001-000001-${dead.stdout.trim()}-00000000`), '');
+    await expect(withFileLock(lock, async () => 'next', { waitMs: 2_000 })).resolves.toBe('next');
+  });
+
+  it('queues again when its queue is removed while it waits', async () => {
+    const lock = join(dir, 'lock');
+    await mkdir(lock);
+    await writeFile(join(lock, 'pid'), String(process.pid));
+    const waiting = withFileLock(lock, async () => 'taken', { waitMs: 10_000 });
+    while ((await readdir(`${lock}.queue`).catch(() => [])).length === 0) await sleep(5);
+    await rm(`${lock}.queue`, { recursive: true, force: true });
+    await rm(lock, { recursive: true, force: true });
+    await expect(waiting).resolves.toBe('taken');
+  });
+
+  it('skips a ticket older than any wait, whatever process has its pid now', async () => {
+    const lock = join(dir, 'lock');
+    await mkdir(`${lock}.queue`, { recursive: true });
+    // Its pid is this very process's: alive, but the ticket is from two hours ago.
+    const old = String(Date.now() - 2 * 60 * 60 * 1000).padStart(15, '0');
+    await writeFile(join(`${lock}.queue`, `${old}-000001-${process.pid}-00000000`), '');
+    await expect(withFileLock(lock, async () => 'next', { waitMs: 2_000 })).resolves.toBe('next');
   });
 
   it('releases the lock when the work throws', async () => {

@@ -68,6 +68,8 @@ beforeAll(async () => {
     outputDir: join(workDir, 'package'),
     home,
     args: ['--param', `alarmSubscription=${SUBSCRIPTION}`],
+    // The tcp pass's copy of this file reads the default pass's packaging: the same commit and options.
+    oncePerRun: true,
   });
   template = packaged.template;
   for (const key of FUNCTION_KEYS) {

@@ -105,7 +105,13 @@ beforeAll(async () => {
   workDir = await mkdtemp(join(tmpdir(), 'runtime-cleanup-package-'));
   const home = join(workDir, 'home');
   await mkdir(home);
-  const packaged = await packageService({ stage: STAGE, outputDir: join(workDir, 'package'), home });
+  // The tcp pass's copy of this file reads the default pass's packaging: the same commit and options.
+  const packaged = await packageService({
+    stage: STAGE,
+    outputDir: join(workDir, 'package'),
+    home,
+    oncePerRun: true,
+  });
   template = packaged.template;
   cfn = new TemplateQueries(template, {
     service: 'runtime-cleanup',

@@ -9,7 +9,9 @@
  * first (PACKAGE_LOCK_DIR), and runs in a process group of its own that is killed whole if it
  * hangs: killing npm alone would leave osls running as an orphan, still writing into `.esbuild/`.
  */
-import { readdir, readFile } from 'node:fs/promises';
+import { createHash } from 'node:crypto';
+import { cp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { inflateRawSync } from 'node:zlib';
 import { runChild } from './child-process.ts';
@@ -54,19 +56,67 @@ export async function runPackage(
   args: string[],
   options: { env?: Record<string, string>; home: string },
 ): Promise<PackageRun> {
+  return withFileLock(PACKAGE_LOCK_DIR, () => runPackageLocked(args, options), {
+    waitMs: PACKAGE_LOCK_WAIT_MS,
+  });
+}
+
+async function runPackageLocked(
+  args: string[],
+  options: { env?: Record<string, string>; home: string },
+): Promise<PackageRun> {
   const env: Record<string, string> = { PATH: process.env.PATH ?? '', HOME: options.home, ...options.env };
-  const run = await withFileLock(
+  const run = await runChild('npm', ['run', '--silent', 'package', '--', ...args], {
+    cwd: PROJECT_ROOT,
+    env,
+    timeoutMs: PACKAGE_TIMEOUT_MS,
+    processGroup: true,
+  });
+  return { code: run.code, output: `${run.stdout}${run.stderr}` };
+}
+
+/**
+ * Where one Vitest run keeps the packagings its files may share: its workers' parent is the run's
+ * main process, whose global setup removes the folder at teardown (global-setup.ts).
+ */
+export function packageCacheDir(mainPid: number = process.ppid): string {
+  return join(tmpdir(), `runtime-cleanup-package-cache-${mainPid}`);
+}
+
+/**
+ * A packaging of this checkout with these options, once per test run: the same file in each
+ * database pass (template.test.ts over neon and over tcp) packages the same commit with the same
+ * options, and what it asserts on the artifact cannot depend on the pass. Taken under the lock, so
+ * a second asker waits for the first packaging and copies it.
+ */
+async function packageOnce(
+  args: string[],
+  options: { env?: Record<string, string>; home: string; outputDir: string },
+): Promise<PackageRun> {
+  const key = createHash('sha256')
+    .update(JSON.stringify({ args: args.filter((arg) => arg !== options.outputDir), env: options.env ?? {} }))
+    .digest('hex')
+    .slice(0, 16);
+  const cached = join(packageCacheDir(), key);
+  return withFileLock(
     PACKAGE_LOCK_DIR,
-    () =>
-      runChild('npm', ['run', '--silent', 'package', '--', ...args], {
-        cwd: PROJECT_ROOT,
-        env,
-        timeoutMs: PACKAGE_TIMEOUT_MS,
-        processGroup: true,
-      }),
+    async () => {
+      const done = await readFile(join(cached, 'output.txt'), 'utf8').catch(() => undefined);
+      if (done !== undefined) {
+        await cp(join(cached, 'package'), options.outputDir, { recursive: true });
+        return { code: 0, output: done };
+      }
+      const run = await runPackageLocked(args, options);
+      if (run.code === 0) {
+        await rm(cached, { recursive: true, force: true });
+        await cp(options.outputDir, join(cached, 'package'), { recursive: true });
+        // Written last: a folder without it is a copy that did not finish.
+        await writeFile(join(cached, 'output.txt'), run.output);
+      }
+      return run;
+    },
     { waitMs: PACKAGE_LOCK_WAIT_MS },
   );
-  return { code: run.code, output: `${run.stdout}${run.stderr}` };
 }
 
 export interface PackagedService {
@@ -86,11 +136,11 @@ export async function packageService(options: {
   home: string;
   env?: Record<string, string>;
   args?: string[];
+  /** Copy this run's earlier packaging with the same options, if there is one (packageOnce). */
+  oncePerRun?: boolean;
 }): Promise<PackagedService> {
-  const run = await runPackage(
-    ['--stage', options.stage, '--package', options.outputDir, ...(options.args ?? [])],
-    options,
-  );
+  const args = ['--stage', options.stage, '--package', options.outputDir, ...(options.args ?? [])];
+  const run = options.oncePerRun ? await packageOnce(args, options) : await runPackage(args, options);
   if (run.code !== 0) throw new Error(`npm run package failed (exit ${run.code}):\n${run.output}`);
   const template = JSON.parse(
     await readFile(join(options.outputDir, 'cloudformation-template-update-stack.json'), 'utf8'),

@@ -4,7 +4,7 @@
  *
  *   npm run ops, cold tsx  npm, then tsx compiling infra/ops/cli.ts and its modules (before the bin)
  *   npm run ops            the same with tsx's cache of compiled modules filled by an earlier run
- *   tsx                    that without npm (what the e2e tests spawn)
+ *   tsx                    that without npm (what the e2e tests spawned before their command bundles)
  *   bin, cold cache        bin/runtime-cleanup-ops.mjs with an empty V8 compile cache (a first run)
  *   bin                    the bin as it runs every time after that
  *

@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { commandArgs } from '../support/commands.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 import { runChaos } from './engine.ts';
 import { Invariant } from './invariants.ts';
@@ -19,6 +20,7 @@ import type { ReclaimChaosReport } from './reclaim-chaos.ts';
 import { writeReport } from './report.ts';
 import type { ChaosResult } from './result.ts';
 import { CONVERGENCE_BOUND_MS } from './settings.ts';
+import { type ChaosWatchdog, startChaosWatchdog } from './watchdog.ts';
 
 const RESULTS_DIR = fileURLToPath(new URL('./results/', import.meta.url));
 const SEED = 20261130;
@@ -26,6 +28,7 @@ const SEED = 20261130;
 let t: TestDatabase;
 let dataDir: string;
 let result: ChaosResult;
+let watchdog: ChaosWatchdog | undefined;
 const logLines: string[] = [];
 let secret: string;
 let reclaimReport: ReclaimChaosReport | undefined;
@@ -57,6 +60,7 @@ beforeAll(async () => {
     };
   });
   try {
+    watchdog = startChaosWatchdog('chaos.test.ts', 240_000);
     result = await runChaos({
       seed: SEED,
       // The coverage cycle, in two waves (the random runs are the CLI's business).
@@ -66,6 +70,9 @@ beforeAll(async () => {
       driver: t.driver,
       wsProxy: t.wsProxy,
       dataDir,
+      stormWorkerArgs: commandArgs('termination-storm-child'),
+      onStage: watchdog.onStage,
+      onProgress: watchdog.onProgress,
       coverage: true,
       mix: { ...DEFAULT_MIX, maxFaultWindowMs: 2_500 },
       logLevel: 'INFO',
@@ -77,6 +84,7 @@ beforeAll(async () => {
       },
     });
   } finally {
+    watchdog?.stop();
     for (const undo of restore) undo();
     restoreStderr();
   }

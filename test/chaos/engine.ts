@@ -49,6 +49,7 @@ import {
   CHAOS_TIMEOUTS,
   CHAOS_VISIBILITY_SECONDS,
   CONSUMED_QUEUES,
+  HARNESS_STATEMENT_TIMEOUT_MS,
   STACK_APPLICATION_NAME,
 } from './settings.ts';
 
@@ -80,6 +81,11 @@ export interface ChaosOptions {
   onStage?: (stage: string) => void;
   /** Extra StackOptions for tests (e.g. a log sink). */
   env?: Record<string, string>;
+  /**
+   * What follows `process.execPath` to start the storm worker; default: its source under tsx. The
+   * tests start its bundle (test/support/commands.ts), about a second of CPU less.
+   */
+  stormWorkerArgs?: readonly string[];
   /**
    * Reclaimer hook (issue 13, reclaim-chaos.ts): run the reclaimer every 2 s with a 2 s grace,
    * inject leaked sandboxes, check invariant GC; the report is handed to `onReclaimReport`.
@@ -139,7 +145,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       wsProxy: options.wsProxy,
       maxConnections: max,
       lockTimeoutMs,
-      statementTimeoutMs: 20_000,
+      statementTimeoutMs: HARNESS_STATEMENT_TIMEOUT_MS,
       // The harness's own connections must outlast a machine at many times its cores' load (the
       // stack keeps the production bounds: its connects are what the faults test).
       connectTimeoutMs: 30_000,
@@ -264,7 +270,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       const worker = processes.spawn(
         'storm worker (30 connections)',
         process.execPath,
-        ['--import', 'tsx', STORM_WORKER],
+        [...(options.stormWorkerArgs ?? ['--import', 'tsx', STORM_WORKER])],
         {
           ...process.env,
           STORM_DATABASE_URL: withApplicationName(options.databaseUrl, STORM_WORKER_APPLICATION_NAME),

@@ -61,8 +61,13 @@ const plain = (run: ChildRun) => stripVTControlCharacters(`${run.stdout}\n${run.
 
 it('runs in one mode only the tiers that start no database (no global setup)', async () => {
   const config = (await import('../../vitest.config.ts')).default as {
-    test: { projects: Array<{ test: { name: string; globalSetup?: string[] } }> };
+    test: {
+      globalSetup?: string | string[];
+      projects: Array<{ test: { name: string; globalSetup?: string[] } }>;
+    };
   };
+  // A root-level one would run for every project, these two included.
+  expect(config.test.globalSetup, 'the root config').toBeUndefined();
   for (const script of NO_DATABASE) {
     const project = config.test.projects.find((entry) => entry.test.name === script.slice('test:'.length));
     expect(project, script).toBeDefined();

@@ -8,6 +8,7 @@ import { createInterface } from 'node:readline';
 import { request } from 'undici';
 import { describe, expect, it } from 'vitest';
 import { type AuditEntry, isProcessAlive, startProvisioner } from '../../infra/local/provisioner/server.ts';
+import { commandArgs } from '../support/commands.ts';
 import {
   call,
   createSandbox,
@@ -179,14 +180,10 @@ describe('stopping', () => {
 
   it('the CLI stops on SIGTERM and takes its sandboxes with it', async () => {
     const cliRoot = join(rootDir, 'cli');
-    const cli = spawn(
-      process.execPath,
-      ['--import', 'tsx', 'infra/local/provisioner/cli.ts', '--root', cliRoot],
-      {
-        cwd: REPO_ROOT,
-        stdio: ['ignore', 'pipe', 'inherit'],
-      },
-    );
+    const cli = spawn(process.execPath, commandArgs('provisioner', ['--root', cliRoot]), {
+      cwd: REPO_ROOT,
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     const exited = once(cli, 'exit');
     try {
       const lines = createInterface({ input: cli.stdout });

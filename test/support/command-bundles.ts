@@ -1,21 +1,27 @@
 /**
  * The project's commands as the tests start them: each entry file built from this checkout's
- * source, once per test run (global-setup.ts), into one ES module per command. Node then loads the
- * project's code as one file and its dependencies from node_modules as usual, instead of tsx
- * compiling some seventy to two hundred modules at every start: about 0.9 s of CPU a start, and the
- * e2e tier starts these commands over a hundred times across its passes on a two-core machine.
+ * source, once per test run (global-setup.ts), into one ES module per command, its dependencies
+ * included (NODE_COMMAND_BUNDLE); the operator CLI exactly as its bin's bundle is built
+ * (infra/ops/build-bundle.mjs). Node then loads a few files
+ * instead of tsx compiling some seventy to two hundred modules at every start: about 0.4 s of CPU a
+ * start against 1.7 s, and the e2e tier starts these commands over a hundred times across its passes
+ * on a two-core machine. (Leaving the dependencies outside, `packages: 'external'`, measured
+ * 0.8 s: Node then resolves and loads each of their files.)
  *
- * What the bundles change is how the source is loaded, never what it does: the dependencies stay
- * outside (resolved from the repository's node_modules, which is why the bundles are written under
- * it), and every source file keeps its own `import.meta.url`, so what a module reads beside itself
- * (infra/sql/, infra/migrations/) is found where it is. `npm run <command>` itself (npm, tsx) is
- * started by test/e2e/package-scripts.test.ts; the operator CLI's bin bundle by ops-cli.ts.
+ * What the bundles change is how the code is loaded, never what it does: every loaded file keeps its
+ * own `import.meta.url`, `__dirname` and `__filename` (keepFileLocation below), so what a module
+ * reads beside itself (infra/sql/, infra/migrations/, pino's transport worker) is found where it
+ * is; and the bundles are written to a folder of the run's own under the system's temporary folder,
+ * with a `node_modules` link to the repository's, so that what a dependency resolves at run time
+ * (a worker's `require.resolve`) is found too, while the repository's node_modules may stay
+ * read-only. `npm run <command>` itself (npm, tsx) is started by test/e2e/package-scripts.test.ts.
  */
-import { mkdir, mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, stat, symlink } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { build, type Plugin } from 'esbuild';
-import { NODE_COMMAND_BUNDLE } from '../../infra/ops/build-bundle.mjs';
+import { buildOpsBundle, NODE_COMMAND_BUNDLE } from '../../infra/ops/build-bundle.mjs';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
@@ -34,10 +40,24 @@ export const COMMAND_ENTRIES = {
 export type Command = keyof typeof COMMAND_ENTRIES;
 export type CommandBundles = Record<Command, string>;
 
+/** What a file must be given: the CommonJS location names it reads but does not declare itself. */
+export function undeclaredLocationNames(source: string): ('__dirname' | '__filename')[] {
+  return (['__dirname', '__filename'] as const).filter(
+    (name) =>
+      new RegExp(`\\b${name}\\b`).test(source) &&
+      !new RegExp(`\\b(var|let|const|function)\\s+${name}\\b`).test(source),
+  );
+}
+
+/** How esbuild reads a source file: TypeScript for .ts, .mts and .cts, else JavaScript. */
+export function loaderOf(path: string): 'ts' | 'js' {
+  return /\.[cm]?ts$/.test(path) ? 'ts' : 'js';
+}
+
 /**
  * Where each loaded file is, as Node would tell it: `import.meta.url` its own URL, and `__dirname`
  * and `__filename` (CommonJS, which a dependency may use to find a file of its own, such as pino's
- * transport worker) its own folder and path, where the file does not declare them itself.
+ * transport worker) its own folder and path, each where the file does not declare it itself.
  */
 const keepFileLocation: Plugin = {
   name: 'keep-file-location',
@@ -45,16 +65,13 @@ const keepFileLocation: Plugin = {
     builder.onLoad({ filter: /\.[cm]?[jt]s$/ }, async ({ path }) => {
       const source = await readFile(path, 'utf8');
       const usesUrl = source.includes('import.meta.url');
-      const usesCommonJsLocation =
-        /\b__(dirname|filename)\b/.test(source) &&
-        !/\b(var|let|const|function)\s+__(dirname|filename)\b/.test(source);
-      if (!usesUrl && !usesCommonJsLocation) return undefined;
-      const location = usesCommonJsLocation
-        ? `var __dirname = ${JSON.stringify(dirname(path))}, __filename = ${JSON.stringify(path)};\n`
-        : '';
+      const names = undeclaredLocationNames(source);
+      if (!usesUrl && names.length === 0) return undefined;
+      const values = { __dirname: dirname(path), __filename: path };
+      const location = names.map((name) => `var ${name} = ${JSON.stringify(values[name])};\n`).join('');
       return {
         contents: location + source.replaceAll('import.meta.url', JSON.stringify(pathToFileURL(path).href)),
-        loader: path.endsWith('.ts') ? 'ts' : 'js',
+        loader: loaderOf(path),
       };
     });
   },
@@ -64,37 +81,51 @@ const BUNDLES_PREFIX = 'runtime-cleanup-test-commands-';
 /** Older than any test run: a folder left by a run that was killed before its teardown. */
 const ABANDONED_AFTER_MS = 24 * 60 * 60 * 1000;
 
-async function removeAbandoned(cache: string): Promise<void> {
-  for (const entry of await readdir(cache)) {
+async function removeAbandoned(parent: string): Promise<void> {
+  for (const entry of await readdir(parent).catch(() => [])) {
     if (!entry.startsWith(BUNDLES_PREFIX)) continue;
-    const folder = join(cache, entry);
+    const folder = join(parent, entry);
     const { mtimeMs } = await stat(folder).catch(() => ({ mtimeMs: Date.now() }));
-    if (Date.now() - mtimeMs > ABANDONED_AFTER_MS) await rm(folder, { recursive: true, force: true });
+    // Another user's folder in a shared temporary folder is theirs to remove: not a reason to fail.
+    if (Date.now() - mtimeMs > ABANDONED_AFTER_MS)
+      await rm(folder, { recursive: true, force: true }).catch(() => {});
   }
 }
 
-/** Builds every command into a folder of this run's own; `remove` deletes it. */
-export async function buildCommandBundles(): Promise<{
+/** Builds every command into `outdir` (again, after an edit: watch mode's rerun). */
+async function buildInto(outdir: string): Promise<void> {
+  // The operator CLI as the `runtime-cleanup-ops` bin's bundle is built (one file, no plugin): its
+  // tests, some eighty starts a pass, run what an operator installs.
+  await buildOpsBundle(join(outdir, 'ops.mjs'));
+  const { ops: _builtAsShipped, ...split } = COMMAND_ENTRIES;
+  await build({
+    absWorkingDir: ROOT,
+    entryPoints: split,
+    outdir,
+    ...NODE_COMMAND_BUNDLE,
+    outExtension: { '.js': '.mjs' },
+    // One copy of the modules the commands share, loaded once per start.
+    splitting: true,
+    plugins: [keepFileLocation],
+    logLevel: 'silent',
+  });
+}
+
+/**
+ * Builds every command into a folder of this run's own; `rebuild` builds them again from the
+ * source as it is now, `remove` deletes the folder.
+ */
+export async function buildCommandBundles(parent = tmpdir()): Promise<{
   bundles: CommandBundles;
+  rebuild: () => Promise<void>;
   remove: () => Promise<void>;
 }> {
-  const cache = join(ROOT, 'node_modules', '.cache');
-  await mkdir(cache, { recursive: true });
-  await removeAbandoned(cache);
-  const outdir = await mkdtemp(join(cache, BUNDLES_PREFIX));
+  await removeAbandoned(parent);
+  const outdir = await mkdtemp(join(parent, BUNDLES_PREFIX));
   const remove = () => rm(outdir, { recursive: true, force: true });
   try {
-    await build({
-      absWorkingDir: ROOT,
-      entryPoints: COMMAND_ENTRIES,
-      outdir,
-      ...NODE_COMMAND_BUNDLE,
-      outExtension: { '.js': '.mjs' },
-      // One copy of the modules the commands share, loaded once per start.
-      splitting: true,
-      plugins: [keepFileLocation],
-      logLevel: 'silent',
-    });
+    await symlink(join(ROOT, 'node_modules'), join(outdir, 'node_modules'), 'dir');
+    await buildInto(outdir);
   } catch (error) {
     await remove();
     throw error;
@@ -102,5 +133,5 @@ export async function buildCommandBundles(): Promise<{
   const bundles = Object.fromEntries(
     Object.keys(COMMAND_ENTRIES).map((command) => [command, join(outdir, `${command}.mjs`)]),
   ) as CommandBundles;
-  return { bundles, remove };
+  return { bundles, rebuild: () => buildInto(outdir), remove };
 }

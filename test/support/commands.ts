@@ -14,7 +14,13 @@ const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
 /** What follows `process.execPath` to start `command` with `args`. */
 export function commandArgs(command: Command, args: readonly string[] = []): string[] {
-  return [inject('commandBundles')[command], ...args];
+  const bundles = inject('commandBundles');
+  if (!bundles) {
+    throw new Error(
+      `no command bundles in this run (a fixture run builds none): "${command}" cannot be started`,
+    );
+  }
+  return [bundles[command], ...args];
 }
 
 /** Runs `command` to its end in the repository (or `cwd`); killed after `timeoutMs`. */

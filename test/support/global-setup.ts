@@ -12,7 +12,6 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import type { TestProject } from 'vitest/node';
 import { openDatabase } from '../../functions/adapters/database.ts';
 import type { DatabaseDriver } from '../../functions/adapters/database-driver.ts';
@@ -20,19 +19,20 @@ import { startDatabaseBridge } from '../../infra/local/db-bridge.ts';
 import { type EmbeddedPostgresHandle, startEmbeddedPostgres } from '../../infra/local/embedded-postgres.ts';
 import { isLocalStackError } from '../../infra/local/errors.ts';
 import { migrate } from '../../infra/migrate.ts';
-import { runChild } from './child-process.ts';
 import { buildCommandBundles, type CommandBundles } from './command-bundles.ts';
 import { TEST_CONNECT_TIMEOUT_MS } from './connect-bound.ts';
+import { packageCacheDir } from './packaged-template.ts';
 import { type PgBouncer, poolerRequested, startPoolerFor } from './pgbouncer.ts';
 import { suiteDriver } from './suite-driver.ts';
 
 declare module 'vitest' {
   export interface ProvidedContext {
     database: TestDatabaseServer;
-    /** The operator CLI's bundle, built from this checkout's source for this run (ops-cli.ts). */
-    opsBundle: string;
-    /** Each command's bundle, built from this checkout's source for this run (commands.ts). */
-    commandBundles: CommandBundles;
+    /**
+     * Each command's bundle, built from this checkout's source for this run (commands.ts); none in
+     * a fixture run (RUNTIME_CLEANUP_TEST_FIXTURE), whose one assertion starts no command.
+     */
+    commandBundles: CommandBundles | null;
   }
 }
 
@@ -50,8 +50,9 @@ interface TestDatabaseServer {
 interface StartedServer {
   /** What every project sees alike; each adds its own driver and path (setup). */
   base: Omit<TestDatabaseServer, 'driver' | 'poolerPort'>;
-  opsBundle: string;
-  commandBundles: CommandBundles;
+  commandBundles: CommandBundles | null;
+  /** Builds the bundles again from the source as it is now (watch mode's rerun). */
+  rebuildBundles: () => Promise<void>;
   /** A PgBouncer in front of it, started by the first project that asks for one (then shared). */
   pooler: () => Promise<PgBouncer>;
   stop: () => Promise<void>;
@@ -62,7 +63,6 @@ interface Shared {
   users: number;
 }
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const SHARED = Symbol.for('runtime-cleanup.test-database');
 type Holder = { [SHARED]?: Shared };
 
@@ -97,8 +97,9 @@ export default async function setup(project: TestProject) {
     throw error;
   }
   project.provide('database', { ...server.base, driver: suiteDriver(projectEnv), poolerPort });
-  project.provide('opsBundle', server.opsBundle);
   project.provide('commandBundles', server.commandBundles);
+  // Watch mode reruns against the same bundles unless they follow the edit that caused the rerun.
+  project.onTestsRerun(() => server.rebuildBundles());
   return leave;
 }
 
@@ -113,40 +114,13 @@ function withoutStack(error: unknown): never {
   throw plain;
 }
 
-/**
- * The operator CLI's tests run what the `runtime-cleanup-ops` bin runs, its esbuild bundle: about
- * 0.15 s of CPU a start against 0.9 s for tsx compiling the source, and the e2e tier starts it
- * some eighty times a pass. Built here from the current source into a folder of this run's own,
- * so an edit is never tested against a stale dist/ops.mjs and two runs never share one file.
- */
-async function buildOpsBundle(): Promise<{ bundle: string; remove: () => Promise<void> }> {
-  const dir = await mkdtemp(join(tmpdir(), 'runtime-cleanup-test-ops-'));
-  const bundle = join(dir, 'ops.mjs');
-  const build = await runChild(
-    process.execPath,
-    [join(ROOT, 'infra/ops/build-bundle.mjs'), '--outfile', bundle],
-    {
-      cwd: ROOT,
-      env: process.env,
-      timeoutMs: 120_000,
-    },
-  );
-  if (build.code !== 0) {
-    await rm(dir, { recursive: true, force: true });
-    throw new Error(`building the operator CLI's bundle failed (exit ${build.code}): ${build.stderr.trim()}`);
-  }
-  return { bundle, remove: () => rm(dir, { recursive: true, force: true }) };
-}
-
 async function startServer(): Promise<StartedServer> {
-  const opsBundle = buildOpsBundle();
-  const commandBundles = buildCommandBundles();
+  // A fixture run (the exit-status check's nested Vitest) starts no command: it builds none.
+  const commandBundles = process.env.RUNTIME_CLEANUP_TEST_FIXTURE ? null : buildCommandBundles();
   // Awaited below; a rejection before then must not surface as an unhandled one.
-  opsBundle.catch(() => {});
-  commandBundles.catch(() => {});
+  commandBundles?.catch(() => {});
   const removeBundles = async () => {
-    await (await opsBundle.catch(() => undefined))?.remove();
-    await (await commandBundles.catch(() => undefined))?.remove();
+    await (await commandBundles?.catch(() => undefined))?.remove();
   };
   let embedded: EmbeddedPostgresHandle | undefined;
   let embeddedDir: string | undefined;
@@ -174,21 +148,32 @@ async function startServer(): Promise<StartedServer> {
     statementTimeoutMs: 60_000,
     connectTimeoutMs: TEST_CONNECT_TIMEOUT_MS,
   });
+  // Each step on its own: a database that no longer answers must not leave the bundles, the
+  // bridge or an embedded server behind (nor keep the process alive), and the first failure is the
+  // one reported.
   const stop = async () => {
+    const failures: unknown[] = [];
+    const step = async (work: () => Promise<unknown>) => {
+      await work().catch((error: unknown) => failures.push(error));
+    };
     // Test files drop their own databases; this sweeps up after any that crashed.
-    const leftovers = await admin.query<{ datname: string }>(
-      `SELECT datname FROM pg_database WHERE datname LIKE $1::text OR datname = $2::text`,
-      [`rc_test_${process.pid}_%`, template],
-    );
-    for (const { datname } of leftovers.rows) {
-      await admin.query(`DROP DATABASE IF EXISTS "${datname.replace(/"/g, '')}" WITH (FORCE)`);
-    }
-    await admin.end();
-    await removeBundles();
-    await (await pooler?.catch(() => undefined))?.stop();
-    await bridge.close();
-    if (embedded) await embedded.stop();
-    if (embeddedDir) await rm(embeddedDir, { recursive: true, force: true });
+    await step(async () => {
+      const leftovers = await admin.query<{ datname: string }>(
+        `SELECT datname FROM pg_database WHERE datname LIKE $1::text OR datname = $2::text`,
+        [`rc_test_${process.pid}_%`, template],
+      );
+      for (const { datname } of leftovers.rows) {
+        await admin.query(`DROP DATABASE IF EXISTS "${datname.replace(/"/g, '')}" WITH (FORCE)`);
+      }
+    });
+    await step(() => admin.end());
+    await step(removeBundles);
+    await step(() => rm(packageCacheDir(process.pid), { recursive: true, force: true }));
+    await step(async () => (await pooler?.catch(() => undefined))?.stop());
+    await step(() => bridge.close());
+    if (embedded) await step(() => embedded.stop());
+    if (embeddedDir) await step(() => rm(embeddedDir, { recursive: true, force: true }));
+    if (failures.length > 0) throw failures[0];
   };
   try {
     await admin.query(`DROP DATABASE IF EXISTS ${template}`);
@@ -210,19 +195,24 @@ async function startServer(): Promise<StartedServer> {
     await stop().catch(() => {});
     throw error;
   }
-  let bundle: string;
-  let bundles: CommandBundles;
+  let built: Awaited<ReturnType<typeof buildCommandBundles>> | null;
+  let rebuilding: Promise<void> | undefined;
   try {
-    bundle = (await opsBundle).bundle;
-    bundles = (await commandBundles).bundles;
+    built = await commandBundles;
   } catch (error) {
     await stop().catch(() => {});
     throw error;
   }
   return {
     base: { adminUrl, template, wsProxy: bridge.address },
-    opsBundle: bundle,
-    commandBundles: bundles,
+    commandBundles: built?.bundles ?? null,
+    // Every project asks at a rerun: one build at a time serves those asking meanwhile.
+    rebuildBundles: () => {
+      rebuilding ??= (built?.rebuild() ?? Promise.resolve()).finally(() => {
+        rebuilding = undefined;
+      });
+      return rebuilding;
+    },
     // Started only once the template is migrated: a pooler would keep server connections to it
     // open, and PostgreSQL refuses to copy a template database somebody is connected to.
     pooler: () => {

@@ -1,13 +1,13 @@
 /**
  * The operator CLI as the tests start it: a child process running the bundle the
- * `runtime-cleanup-ops` bin runs, built from this checkout's source once per test run
- * (global-setup.ts), with the test's environment over the worker's. `npm run ops` itself (tsx,
- * npm's banner) is proven by the tests that name it: package-scripts, aws-timeouts,
- * database-no-password, template-production and ops-bin.
+ * `runtime-cleanup-ops` bin runs, built as `npm ci` builds it from this checkout's source once per
+ * test run (command-bundles.ts), with the test's environment over the worker's. The bin itself
+ * (its checks before it loads the bundle) is started by ops-bin.test.ts; `npm run ops` itself (tsx, npm's banner) by the tests that name it:
+ * package-scripts, aws-timeouts, database-no-password and template-production.
  */
 import { fileURLToPath } from 'node:url';
-import { inject } from 'vitest';
 import { type ChildRun, runChild } from './child-process.ts';
+import { commandArgs } from './commands.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
@@ -24,7 +24,7 @@ export function runOpsCli(args: string[], options: OpsCliOptions = {}): Promise<
     if (value === undefined) delete env[key];
     else env[key] = value;
   }
-  return runChild(process.execPath, [inject('opsBundle'), ...args], {
+  return runChild(process.execPath, commandArgs('ops', args), {
     cwd: ROOT,
     env,
     timeoutMs: options.timeoutMs ?? 60_000,

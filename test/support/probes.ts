@@ -163,8 +163,8 @@ export async function holdScopeAdvisoryLock(
 
 /**
  * The same lock, held on a session of its own with no bounds: for a test whose other side is a
- * child process (a CLI started through npm and tsx), which on a loaded machine has taken 38 s to
- * start, longer than the adapter's transaction and idle-in-transaction timeouts, after which the
+ * child process (a CLI, started through npm and tsx before the tests ran command bundles), which on
+ * a loaded machine has taken 38 s to start, longer than the adapter's transaction and idle-in-transaction timeouts, after which the
  * server ended the holder and the child found the scope free.
  */
 export async function holdScopeAdvisoryLockUnbounded(

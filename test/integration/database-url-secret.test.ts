@@ -19,6 +19,7 @@ import { startStack } from '../../infra/local/stack.ts';
 import { migrate } from '../../infra/migrate.ts';
 import { createOpsContext } from '../../infra/ops/context.ts';
 import { runChild } from '../support/child-process.ts';
+import { TEST_CONNECT_TIMEOUT_MS } from '../support/connect-bound.ts';
 import { useSqsFixture } from '../support/fixtures.ts';
 import { PROJECT_ROOT } from '../support/packaged-template.ts';
 import { overrideProcessEnv } from '../support/process-env.ts';
@@ -267,20 +268,27 @@ describe.each(DATABASE_DRIVERS)('over the %s driver', (driver) => {
         maxConnections: 2,
         lockTimeoutMs: 5_000,
         statementTimeoutMs: 30_000,
+        // What is proven is who is served, not how fast a login is: a loaded machine once took
+        // longer than the production connect bound, and the test failed on that instead.
+        connectTimeoutMs: TEST_CONNECT_TIMEOUT_MS,
+      });
+      // One transaction keeps the pool's only login busy until the gate opens (below); a test that
+      // fails before then must still open it, or ending the pool waits for it forever (seen: the
+      // hook's 120 s bound, and the file's later tests then saw this one's dead letters again).
+      let release: () => void = () => {};
+      const gate = new Promise<void>((resolve) => {
+        release = resolve;
       });
       onTestFinished(async () => {
+        release();
         await admin.query(`ALTER ROLE ${ROLE} PASSWORD 'alpha-password'`);
         await db.end();
       });
       await db.query('SELECT 1');
       await admin.query(`ALTER ROLE ${ROLE} PASSWORD 'beta-password'`);
 
-      // One transaction keeps the pool's only login busy; four more statements need the second
-      // slot, so three of them queue in the pool behind a login the database refuses.
-      let release: () => void = () => {};
-      const gate = new Promise<void>((resolve) => {
-        release = resolve;
-      });
+      // Four more statements need the second slot, so three of them queue in the pool behind a
+      // login the database refuses.
       let holding: () => void = () => {};
       const isHolding = new Promise<void>((resolve) => {
         holding = resolve;

@@ -11,6 +11,7 @@ import { join, relative, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type CleanupConfig, loadConfig, redactUrl } from '../../../functions/adapters/config.ts';
 import { type Database, openDatabase } from '../../../functions/adapters/database.ts';
+import { MetricName } from '../../../functions/adapters/metric-names.ts';
 import { redactSecrets } from '../../../functions/adapters/redact.ts';
 import { closeLocalBridge, localConnection } from '../database.ts';
 import { PlatformSimulator } from '../platform.ts';
@@ -366,7 +367,12 @@ async function converge(input: {
       },
       leaked.map((leak) => leak.sandboxId),
     );
-    if (pending.length === 0 && logged.pending === 0 && leaksLive.length === 0) return Date.now();
+    // A reclaim run emits its metrics when it ends, after its DELETEs: a leak the provisioner no
+    // longer has is accounted for once the run that deleted it has reported it (the summary's
+    // count is those metrics; stopping in between once reported 1 of 2 reclaimed).
+    const reported = model.metricSum(MetricName.SANDBOXES_RECLAIMED);
+    const leaksAccounted = leaksLive.length === 0 && reported >= leaked.length;
+    if (pending.length === 0 && logged.pending === 0 && leaksAccounted) return Date.now();
     if (faultsOn && Date.now() >= faultsStopAt) {
       stack.provisioner!.setFaultProfile(undefined);
       faultsOn = false;

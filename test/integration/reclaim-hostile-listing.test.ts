@@ -3,7 +3,7 @@
  * every reply the reclaimer cannot fully trust refuses the run with its reason, records nothing
  * and sends no DELETE, even for sandboxes that are long-leaked by the database's account.
  */
-import { createServer, type Server } from 'node:http';
+import { createServer, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { ProvisionerClient } from '../../functions/adapters/provisioner-client.ts';
@@ -23,8 +23,12 @@ interface Reply {
   status: number;
   body: string | Buffer;
   contentType?: string;
+  /** Instead of the body: this many bytes of spaces, written as the client reads them. */
+  streamBytes?: number;
 }
 let reply: Reply;
+/** What a streamed reply came to: the bytes the client took before it let go. */
+let streamed: { written: number; finished: boolean } | undefined;
 const requests: string[] = [];
 let server: Server;
 let client: ProvisionerClient;
@@ -40,13 +44,42 @@ beforeAll(async () => {
       return;
     }
     response.writeHead(reply.status, { 'content-type': reply.contentType ?? 'application/json' });
-    response.end(reply.body);
+    if (reply.streamBytes === undefined) {
+      response.end(reply.body);
+      return;
+    }
+    void streamSpaces(response, reply.streamBytes);
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   client = new ProvisionerClient(url);
   provider = new SandboxProvider({ client, releaseLockTimeoutMs: 2_000, provisionerDeleteTimeoutMs: 2_000 });
 });
+/** Writes `total` bytes a megabyte at a time, each once the client has taken the one before. */
+async function streamSpaces(response: ServerResponse, total: number): Promise<void> {
+  const state = { written: 0, finished: false };
+  streamed = state;
+  const chunk = Buffer.alloc(1024 * 1024, 0x20);
+  let closed = false;
+  // One listener each for the whole stream, waking the write that waits.
+  let wake = () => {};
+  response.on('close', () => {
+    closed = true;
+    wake();
+  });
+  response.on('drain', () => wake());
+  while (state.written < total && !closed) {
+    const piece = chunk.subarray(0, Math.min(chunk.length, total - state.written));
+    const more = response.write(piece);
+    state.written += piece.length;
+    if (!more && !closed) await new Promise<void>((resolve) => (wake = resolve));
+  }
+  if (!closed)
+    response.end(() => {
+      state.finished = true;
+    });
+}
+
 afterAll(async () => {
   await client?.close();
   await new Promise((resolve) => server?.close(resolve));
@@ -167,12 +200,19 @@ describe('a listing the reclaimer cannot trust refuses the run: nothing recorded
   });
 
   it(`a reply larger than ${MAX_LIST_BODY_BYTES} bytes is not read to its end`, async () => {
-    reply = { status: 200, body: Buffer.alloc(MAX_LIST_BODY_BYTES + 1024, 0x20) };
+    // Twice the limit, streamed as read: more than any socket buffers between the two could hold,
+    // so a client that read it to its end would let the server finish.
+    reply = { status: 200, body: '', streamBytes: 2 * MAX_LIST_BODY_BYTES };
+    streamed = undefined;
     // 32 MB through a loopback socket: on a loaded machine more than the 2 s the other cases get,
     // and a timeout (list_unavailable) would hide whether the size limit works.
     const error = await rejectionOf(run({ listTimeoutMs: 30_000 }));
     expect((error as ReclaimRefusedError).reason).toBe(ReclaimRefusal.LIST_TOO_LARGE);
     expect(requests).toEqual(['GET /api/sandboxes']);
+    // Set by the server as it wrote (TypeScript narrowed it to the undefined assigned above).
+    const seen = streamed as typeof streamed | { written: number; finished: boolean };
+    expect(seen?.finished).toBe(false);
+    expect(seen?.written).toBeLessThan(2 * MAX_LIST_BODY_BYTES);
   });
 
   it('a well-formed listing of the same server is acted on (the refusals above are about the reply)', async () => {

@@ -347,6 +347,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
           );
     terminator?.start();
     const found = recorders.found;
+    options.onStage?.(`runs: ${options.runs}, ${options.concurrency} at a time`);
     const runRecords = await playAllRuns({
       seed: options.seed,
       runs: options.runs,
@@ -497,14 +498,21 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       },
     });
   } finally {
+    // Each step named, so that a shutdown that hangs says which (test/chaos/watchdog.ts).
+    options.onStage?.('stopping: child processes');
     await processes.stopAll();
+    options.onStage?.('stopping: recorders and terminator');
     await recorders?.stop().catch(() => {});
     await terminator?.stop().catch(() => {});
     fences?.stop();
     // Before the stack: a connect still stalled in the proxy (a client that never gives up on it,
     // invariant T's violation) would otherwise hold the stack's shutdown forever.
+    options.onStage?.('stopping: connect-stalling proxy');
     await proxy?.close().catch(() => {});
+    options.onStage?.('stopping: the stack');
     await stack?.stop().catch(() => {});
+    options.onStage?.('stopping: harness pools');
     await Promise.all(pools.map((pool) => pool.end().catch(() => {})));
+    options.onStage?.('stopped');
   }
 }

@@ -97,6 +97,16 @@ export interface StackOptions {
   }) => void;
   onError?: (error: Error, source: string) => void;
   /**
+   * Told the name of each step of stop() as it begins (the SQS emulator, the database pool, …), so
+   * that a stop that takes long says where it is (the chaos suite's watchdog prints it).
+   */
+  onStopStep?: (step: string) => void;
+  /**
+   * How long one step of stop() may take before the stop goes on without it, reported through
+   * `onError` (source `stop`): STOP_STEP_TIMEOUT_MS unless given.
+   */
+  stopStepTimeoutMs?: number;
+  /**
    * Chaos hook (test/chaos): wraps the queue client the functions and the sweeper send with, e.g.
    * to make a send fail at a chosen step boundary (a crash after a delete, before the finalize
    * command is published). Omitted, the client is used as is.
@@ -130,6 +140,14 @@ export interface Stack {
 export const DEFAULT_SQS_PORT = 4566;
 
 /**
+ * A step of stop() that has not finished by then is left behind, and the steps after it still run:
+ * one stop once waited forever on a step with no timer or socket left that could ever end it (a
+ * chaos run's, in "stopping: the stack"), holding the SQS emulator's port and the rest open with it.
+ * Every step is bounded by its own timeouts far below this; it is the backstop.
+ */
+export const STOP_STEP_TIMEOUT_MS = 30_000;
+
+/**
  * Pollers per queue. Releases mostly wait on the provisioner, so they get more: a few hung
  * deletes must not starve every other scope's release (deployed, MaximumConcurrency bounds it).
  */
@@ -142,12 +160,17 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   // SANDBOX_PROVISIONER_TOKEN as is; its deployed parameter alone is refused (the stack reads no SSM).
   const provisionerToken = provisionerTokenSource(config);
   const dataDir = resolve(options.dataDir ?? '.data');
-  const cleanups: Array<() => Promise<void>> = [];
+  const onError = options.onError ?? (() => {});
+  /** What stop() undoes, last started first, each under its name. */
+  const cleanups: Array<{ step: string; run: () => Promise<void> }> = [];
+  const stopStepTimeoutMs = options.stopStepTimeoutMs ?? STOP_STEP_TIMEOUT_MS;
   const stopAll = async () => {
-    for (const cleanup of cleanups.reverse()) await cleanup().catch(() => {});
+    for (const { step, run } of cleanups.reverse()) {
+      options.onStopStep?.(step);
+      await stopStep(step, run, stopStepTimeoutMs, onError);
+    }
     cleanups.length = 0;
   };
-  const onError = options.onError ?? (() => {});
 
   try {
     // The emulator first: it owns a fixed port, so a second stack fails here, before it touches
@@ -164,7 +187,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
             : `the SQS emulator did not start: ${error.message}`,
         );
       });
-      cleanups.push(() => fauxqs.stop());
+      cleanups.push({ step: 'SQS emulator', run: () => fauxqs.stop() });
       sqsEndpoint = `http://127.0.0.1:${fauxqs.port}`;
     }
     let databaseUrl = options.databaseUrl ?? config.databaseUrl;
@@ -173,7 +196,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
         dataDir: join(dataDir, 'postgres'),
         callerHandlesSignals: true,
       });
-      cleanups.push(() => embedded.stop());
+      cleanups.push({ step: 'embedded PostgreSQL', run: () => embedded.stop() });
       databaseUrl = embedded.url;
     }
     const connection = await localConnection(
@@ -181,7 +204,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       { driver: config.databaseDriver, wsProxy: options.wsProxy ?? config.databaseWsProxy },
       async () => {
         const bridge = await startDatabaseBridge();
-        cleanups.push(() => bridge.close());
+        cleanups.push({ step: 'database bridge', run: () => bridge.close() });
         return bridge.address;
       },
     );
@@ -195,7 +218,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       queryTimeoutMs: config.databaseQueryTimeoutMs,
       onIdleError: (error) => onError(error, 'database'),
     });
-    cleanups.push(() => db.end());
+    cleanups.push({ step: 'database pool', run: () => db.end() });
     await migrate(db);
 
     let provisioner: LocalProvisioner | undefined;
@@ -212,12 +235,12 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
         // With SANDBOX_PROVISIONER_TOKEN set, the built-in provisioner requires it on every request.
         ...(config.provisionerToken !== undefined ? { token: config.provisionerToken } : {}),
       });
-      cleanups.push(() => provisioner!.stop());
+      cleanups.push({ step: 'built-in provisioner', run: () => provisioner!.stop() });
       provisionerUrl = provisioner.url;
     }
 
     const sqs = createSqsClient({ endpoint: sqsEndpoint });
-    cleanups.push(async () => sqs.destroy());
+    cleanups.push({ step: 'SQS client', run: async () => sqs.destroy() });
     const createdQueues = await createQueuesOnEndpoint(sqs, {
       prefix: config.queueNamePrefix,
       ...(options.queueOverrides ? { overrides: options.queueOverrides } : {}),
@@ -253,7 +276,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       finalize: await composeFinalize(infrastructure),
     };
     // Registered before the consumers' stop, so it runs after it: no release is using it then.
-    cleanups.push(() => composed.release.close());
+    cleanups.push({ step: "release's provisioner client", run: () => composed.release.close() });
     const handlers = {
       fenceCheck: withObservability(composed.fenceCheck.handler, composed.fenceCheck.telemetry),
       release: withObservability(composed.release.handler, composed.release.telemetry),
@@ -262,7 +285,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     const sweeperFunction = await composeSweeper(infrastructure);
     const sweeper = withObservability(sweeperFunction.handler, sweeperFunction.telemetry);
     const reclaimerFunction = await composeReclaimer(infrastructure);
-    cleanups.push(() => reclaimerFunction.close());
+    cleanups.push({ step: "reclaimer's provisioner client", run: () => reclaimerFunction.close() });
     const reclaimer = withObservability(reclaimerFunction.handler, reclaimerFunction.telemetry);
 
     const concurrency = { ...DEFAULT_CONCURRENCY, ...options.concurrency };
@@ -289,13 +312,16 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       });
     });
     for (const source of sources) source.start();
-    cleanups.push(async () => {
-      // A source's stop waits for its running invocations, and a release waiting on a hung DELETE
-      // would hold it for the whole delete timeout: end the polls, then abort the DELETEs (the
-      // fences stay up and the in-flight records keep the scopes closed), then wait.
-      const stopped = Promise.all(sources.map((source) => source.stop()));
-      await composed.release.close().catch(() => {});
-      await stopped;
+    cleanups.push({
+      step: 'event sources',
+      run: async () => {
+        // A source's stop waits for its running invocations, and a release waiting on a hung DELETE
+        // would hold it for the whole delete timeout: end the polls, then abort the DELETEs (the
+        // fences stay up and the in-flight records keep the scopes closed), then wait.
+        const stopped = Promise.all(sources.map((source) => source.stop()));
+        await composed.release.close().catch(() => {});
+        await stopped;
+      },
     });
     await Promise.all(sources.map((source) => source.polling));
 
@@ -305,7 +331,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       const timer = setInterval(() => {
         runSweeper().catch((error: Error) => onError(error, 'sweeper'));
       }, config.fenceSweepIntervalSeconds * 1000);
-      cleanups.push(async () => clearInterval(timer));
+      cleanups.push({ step: 'sweeper schedule', run: async () => clearInterval(timer) });
     }
 
     // Deployed, reservedConcurrency 1 and a schedule keep runs apart; here a run in progress is
@@ -343,11 +369,14 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       const timer = setInterval(() => {
         runReclaimer().catch((error: Error) => onError(error, 'reclaimer'));
       }, config.reclaimIntervalSeconds * 1000);
-      cleanups.push(async () => {
-        clearInterval(timer);
-        // As for the releases: a reclaim DELETE that hangs is aborted, not waited for.
-        if (reclaiming) await reclaimerFunction.close().catch(() => {});
-        await reclaiming?.catch(() => {});
+      cleanups.push({
+        step: 'reclaim schedule',
+        run: async () => {
+          clearInterval(timer);
+          // As for the releases: a reclaim DELETE that hangs is aborted, not waited for.
+          if (reclaiming) await reclaimerFunction.close().catch(() => {});
+          await reclaiming?.catch(() => {});
+        },
       });
     }
 
@@ -370,5 +399,40 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   } catch (error) {
     await stopAll();
     throw error;
+  }
+}
+
+/**
+ * One step of stop(): its failure, or its overrunning `timeoutMs`, is reported (source `stop`) and
+ * never keeps the steps after it from running. An overrun step is not waited for again.
+ */
+async function stopStep(
+  step: string,
+  run: () => Promise<void>,
+  timeoutMs: number,
+  onError: (error: Error, source: string) => void,
+): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const overdue = new Promise<'overdue'>((resolve) => {
+    timer = setTimeout(() => resolve('overdue'), timeoutMs);
+  });
+  const running = Promise.resolve()
+    .then(run)
+    .then(
+      () => 'done' as const,
+      (error: unknown) => {
+        onError(error instanceof Error ? error : new Error(String(error)), 'stop');
+        return 'failed' as const;
+      },
+    );
+  try {
+    if ((await Promise.race([running, overdue])) === 'overdue') {
+      onError(
+        new Error(`stopping the stack: ${step} did not finish within ${timeoutMs} ms; going on without it`),
+        'stop',
+      );
+    }
+  } finally {
+    clearTimeout(timer);
   }
 }

@@ -16,7 +16,7 @@ import { commandArgs } from '../support/commands.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 import { fenceOf, finishedRootRun } from '../support/factories.ts';
 import { type SqsEmulator, startSqsEmulator } from '../support/sqs-emulator.ts';
-import { eventually } from '../support/stack.ts';
+import { eventually, startTestStack } from '../support/stack.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 /** Far beyond the child's whole budget below: a stop that waited for the DELETE could not pass. */
@@ -102,5 +102,48 @@ describe('npm run stack, stopped during a hung provisioner DELETE', () => {
     } finally {
       stack.child.kill('SIGKILL');
     }
+  });
+});
+
+describe('the stack stopped while one of its steps can never finish', () => {
+  it('goes on without that step after its bound, names it, and still stops every step after it', async () => {
+    const steps: string[] = [];
+    const stack = await startTestStack(t, {
+      stack: {
+        stopStepTimeoutMs: 500,
+        onStopStep: (step) => steps.push(step),
+        sweeper: false,
+        reclaimer: false,
+      },
+    });
+    // A transaction whose work never returns keeps its connection checked out: the pool's end()
+    // waits for it forever, and nothing that could end it (a timer, a socket event) is left.
+    let entered: () => void = () => {};
+    const inTransaction = new Promise<void>((resolve) => {
+      entered = resolve;
+    });
+    void stack.db
+      .withTransaction(async () => {
+        entered();
+        await new Promise(() => {});
+      })
+      .catch(() => {});
+    await inTransaction;
+    const sqsEndpoint = stack.sqsEndpoint;
+
+    const stopped = await Promise.race([
+      stack.stop().then(() => 'stopped' as const),
+      new Promise<'still stopping'>((resolve) => setTimeout(() => resolve('still stopping'), STOP_BUDGET_MS)),
+    ]);
+
+    expect(stopped).toBe('stopped');
+    expect(steps).toEqual(expect.arrayContaining(['event sources', 'database pool', 'SQS emulator']));
+    expect(steps.indexOf('SQS emulator')).toBeGreaterThan(steps.indexOf('database pool'));
+    expect(stack.errors).toContainEqual({
+      source: 'stop',
+      message: 'stopping the stack: database pool did not finish within 500 ms; going on without it',
+    });
+    // The step after it ran: the emulator's port no longer answers.
+    await expect(fetch(sqsEndpoint)).rejects.toThrow();
   });
 });

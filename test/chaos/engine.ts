@@ -12,6 +12,7 @@
  * that can stall connects), and every child process watched by process-watch.ts. test/chaos/README.md
  * lists every fault kind and invariant.
  */
+import { writeSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import fc from 'fast-check';
 import { loadConfig } from '../../functions/adapters/config.ts';
@@ -195,7 +196,11 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       queueOverrides: { visibilityTimeoutSeconds: { ...CHAOS_VISIBILITY_SECONDS } },
       wrapQueues: (queues) => messages.wrap(queues, 'stack', { crashes: true }),
       beforeAck: messages.beforeAck,
+      onStopStep: (step) => options.onStage?.(`stopping: the stack: ${step}`),
       onError: (error, source) => {
+        // After the result is made (the stack stops last): said at once, past any capture of the
+        // process's streams, so a stop step that overran its bound is seen, and named.
+        if (source === 'stop') writeSync(2, `${JSON.stringify({ chaosStackStop: error.message })}\n`);
         const key = `${source}: ${error.name}`;
         stackErrors.set(key, (stackErrors.get(key) ?? 0) + 1);
       },

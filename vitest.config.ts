@@ -35,6 +35,7 @@ import {
   EXTRA_PASSES,
   filesLeftOutOf,
 } from './test/support/driver-passes.ts';
+import LongFilesFirstSequencer from './test/support/sequencer.ts';
 import { suiteDriver } from './test/support/suite-driver.ts';
 
 const DATABASE_SETUP = ['test/support/global-setup.ts'];
@@ -59,8 +60,6 @@ function tier(
   extra: {
     globalSetup?: string[];
     setupFiles?: string[];
-    sequence?: { groupOrder: number };
-    fileParallelism?: boolean;
     isolate?: boolean;
     env?: Record<string, string>;
     exclude?: string[];
@@ -95,24 +94,21 @@ export default defineConfig({
       }),
       // RUNTIME_CLEANUP_TEST_PASSES=all: the tcp and PgBouncer passes as projects of this run.
       ...(ALL_PASSES ? extraPassProjects() : []),
-      // After the other tiers, on a machine of its own, one file at a time: the chaos suite checks
-      // a convergence bound in seconds, which holds on two cores shared with one engine's 20 runs,
-      // not with every e2e stack of the other tiers (seen: 23 s), nor with the second engine of
-      // coverage.test.ts: with both at once, fault-free DELETEs missed their 1 s timeout and each
-      // miss kept the scope quarantined 11 s more (20.7–25.5 s against the bound; one at a time
-      // 13–17 s).
-      tier('chaos', ['test/chaos/**/*.test.ts'], {
-        globalSetup: DATABASE_SETUP,
-        env: DATABASE_ENV,
-        sequence: { groupOrder: 1 },
-        fileParallelism: false,
-      }),
+      // Beside the other tiers: its two engines take turns (test/chaos/engine-lock.ts), since two
+      // at once on two cores starved each other's fault-free DELETEs past their 1 s timeout, and its
+      // files start first (test/support/sequencer.ts), so that they overlap the rest of the run
+      // instead of adding a minute and a half after it.
+      tier('chaos', ['test/chaos/**/*.test.ts'], { globalSetup: DATABASE_SETUP, env: DATABASE_ENV }),
       tier('platform', ['test/platform/**/*.test.ts'], { globalSetup: DATABASE_SETUP, env: DATABASE_ENV }),
     ],
     pool: 'forks',
+    // The long files first, by their recorded durations, so that a run does not end on one of them.
+    sequence: { sequencer: LongFilesFirstSequencer },
     // Two for one pass on two cores. Three passes in one run wait more than they compute (SQS
-    // visibility timeouts, backoffs, child processes starting), so four workers fill those waits.
-    maxWorkers: ALL_PASSES ? 4 : 2,
+    // visibility timeouts, backoffs, child processes starting), so six workers fill those waits;
+    // eight overloaded the machine (PostgreSQL's 100 connections ran out, and the chaos engines,
+    // which run beside the rest, went past their convergence bound).
+    maxWorkers: ALL_PASSES ? 6 : 2,
     testTimeout: 60_000,
     hookTimeout: 120_000,
     reporters: ['default'],

@@ -1,0 +1,115 @@
+/**
+ * The order in which a run hands its test files to the workers: the long ones first, then the
+ * rest in Vitest's own order.
+ *
+ * Vitest's order runs one project after another, larger files first (longer ones once its cache
+ * holds a previous run, which a clean clone such as CI's never has). In a merged run that started
+ * the two chaos engines (about 40 s each) after everything else, and the packaging files (a chain
+ * of about 140 s behind one lock) halfway through, so the run ended on one busy worker. Here the
+ * files measured as long (file-durations.json, recorded by durations-reporter.ts) are placed first,
+ * longest first, by simulating the workers on those durations: a file that waits for a lock another
+ * long file holds for its whole run (the chaos engine lock) is placed where that lock comes free,
+ * with short files filling the gap, rather than parking a worker behind it. Short files keep
+ * Vitest's order, one project after another, so that a worker moves on to the next file of its
+ * project in the same process (`isolate: false`). The order only changes how long a run takes,
+ * never what it runs.
+ */
+import { readFileSync } from 'node:fs';
+import { relative } from 'node:path';
+import { BaseSequencer, type TestSpecification } from 'vitest/node';
+import RECORDED from './file-durations.json' with { type: 'json' };
+
+/** A file at least this long (seconds, as recorded) is scheduled; shorter ones fill in. */
+export const LONG_FILE_SECONDS = 8;
+/** What a file without a recorded duration is assumed to take (most take one to three seconds). */
+const UNRECORDED_FILE_SECONDS = 2;
+
+/**
+ * Locks a file holds for about its whole duration, by the call that takes them. The packaging lock
+ * is not one: it is held for each packaging, and the packaging files' other work goes on between.
+ */
+export const FILE_LONG_LOCKS: Readonly<Record<string, RegExp>> = {
+  'chaos engine': /\boneEngineAtATime\(/,
+};
+
+export interface ScheduledFile<T> {
+  item: T;
+  seconds: number;
+  lock: string | undefined;
+}
+
+/**
+ * Long files by list scheduling on `workers` simulated workers: each worker that comes free takes
+ * the longest long file whose lock is free by then, else the next short file, else the longest
+ * long file (which then waits for its lock). Short files not needed as fillers follow in their
+ * given order.
+ */
+export function scheduleLongFirst<T>(
+  files: ReadonlyArray<ScheduledFile<T>>,
+  workers: number,
+  longSeconds: number = LONG_FILE_SECONDS,
+): T[] {
+  const long = files.filter((file) => file.seconds >= longSeconds).sort((a, b) => b.seconds - a.seconds);
+  const short = files.filter((file) => file.seconds < longSeconds);
+  const freeAt = Array.from({ length: Math.max(1, workers) }, () => 0);
+  const lockFreeAt = new Map<string, number>();
+  const order: T[] = [];
+  while (long.length > 0) {
+    const now = Math.min(...freeAt);
+    const worker = freeAt.indexOf(now);
+    const ready = long.findIndex(
+      (file) => file.lock === undefined || (lockFreeAt.get(file.lock) ?? 0) <= now,
+    );
+    let next: ScheduledFile<T>;
+    let start = now;
+    if (ready >= 0) next = long.splice(ready, 1)[0]!;
+    else if (short.length > 0) next = short.shift()!;
+    else {
+      next = long.shift()!;
+      start = Math.max(now, lockFreeAt.get(next.lock!) ?? 0);
+    }
+    const end = start + next.seconds;
+    if (next.lock !== undefined && next.seconds >= longSeconds) lockFreeAt.set(next.lock, end);
+    freeAt[worker] = end;
+    order.push(next.item);
+  }
+  return [...order, ...short.map((file) => file.item)];
+}
+
+export default class LongFilesFirstSequencer extends BaseSequencer {
+  override async sort(files: TestSpecification[]): Promise<TestSpecification[]> {
+    const sorted = await super.sort(files);
+    const root = this.ctx.config.root;
+    const workers = this.ctx.config.maxWorkers;
+    // Groups (sequence.groupOrder) run one after another: each is scheduled on its own.
+    const groups = new Map<number, TestSpecification[]>();
+    for (const spec of sorted) {
+      const order = spec.project.config.sequence.groupOrder;
+      groups.set(order, [...(groups.get(order) ?? []), spec]);
+    }
+    return [...groups.keys()]
+      .sort((a, b) => a - b)
+      .flatMap((order) =>
+        scheduleLongFirst(
+          groups.get(order)!.map((spec) => {
+            const path = relative(root, spec.moduleId);
+            return { item: spec, seconds: recordedSeconds(path), lock: lockTakenBy(spec.moduleId) };
+          }),
+          workers,
+        ),
+      );
+  }
+}
+
+function recordedSeconds(path: string): number {
+  return (RECORDED.seconds as Record<string, number>)[path] ?? UNRECORDED_FILE_SECONDS;
+}
+
+const lockCache = new Map<string, string | undefined>();
+function lockTakenBy(file: string): string | undefined {
+  if (!lockCache.has(file)) {
+    const source = readFileSync(file, 'utf8');
+    lockCache.set(file, Object.entries(FILE_LONG_LOCKS).find(([, call]) => call.test(source))?.[0]);
+  }
+  return lockCache.get(file);
+}

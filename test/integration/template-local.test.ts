@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseDocument } from 'yaml';
 import { LOCALSTACK } from '../../infra/localstack/topology.ts';
+import { FUNCTION_KEYS, type FunctionKey } from '../support/lambda-task.ts';
 import {
   type CfnTemplate,
   comparableTemplate,
@@ -23,8 +24,6 @@ import {
 } from '../support/packaged-template.ts';
 import { TemplateQueries } from '../support/template-queries.ts';
 
-const FUNCTION_KEYS = ['fenceCheck', 'release', 'finalize', 'sweeper', 'reclaimer'] as const;
-type FunctionKey = (typeof FUNCTION_KEYS)[number];
 /** What the local stage's plugin says at every command; no other stage's output has it. */
 const PLUGIN_LINE = 'deploys of this stage go to LocalStack at';
 

@@ -1,19 +1,18 @@
-import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CONFIG_DEFAULTS } from '../../functions/adapters/config.ts';
 import { connectionBudget } from '../../functions/adapters/connection-budget.ts';
-import { METRICS_NAMESPACE, MetricName } from '../../functions/adapters/metric-names.ts';
+import { METRICS_NAMESPACE } from '../../functions/adapters/metric-names.ts';
 import {
   deadLetterQueueName,
   FUNCTION_DEFINITIONS,
   QUEUE_DEFINITIONS,
 } from '../../functions/adapters/queues.ts';
-import { type ChildRun, runChild } from '../support/child-process.ts';
-import { createTestDatabase, type TestDatabase } from '../support/database.ts';
-import { finishedRootRun } from '../support/factories.ts';
+import { runChild } from '../support/child-process.ts';
+import { FUNCTION_KEYS, type FunctionKey, HANDLER_PATHS } from '../support/lambda-task.ts';
 import {
   type CfnResource,
   type CfnTemplate,
@@ -25,15 +24,14 @@ import {
   runPackage,
   substituteForInspection,
 } from '../support/packaged-template.ts';
-import { type LocalSsm, startLocalSsm } from '../support/ssm-server.ts';
 
 /**
  * What a first production deploy needs, asserted on the packaged artifact (`npm run package`,
  * offline): no connection string in any function's environment and a read path for it that is
  * exactly one parameter and one key wide; a database connection budget that holds; loops,
  * retries and retention chosen on purpose; alarms that reach a person; and bundles that carry only
- * what each function uses. The bundles run under Node 22 against a real PostgreSQL and a real
- * local HTTP server speaking SSM's GetParameter.
+ * what each function uses. The same bundles run under Node 22 against a real PostgreSQL and a real
+ * local HTTP server speaking SSM's GetParameter in packaged-bundles.test.ts, once per database pass.
  */
 const STAGE = 'prod';
 const PREFIX = `${STAGE}-`;
@@ -41,22 +39,12 @@ const SUBSCRIPTION = 'oncall@example.com';
 const DATABASE_URL_PARAMETER = `/runtime-cleanup/${STAGE}/database-url`;
 const PROVISIONER_URL_PARAMETER = `/runtime-cleanup/${STAGE}/sandbox-provisioner-url`;
 
-const FUNCTION_KEYS = ['fenceCheck', 'release', 'finalize', 'sweeper', 'reclaimer'] as const;
 /** The functions that call the provisioner: release deletes, the reclaimer lists and deletes. */
 const CALLS_PROVISIONER = new Set<string>(['release', 'reclaimer']);
-type FunctionKey = (typeof FUNCTION_KEYS)[number];
-const HANDLER_PATHS: Record<FunctionKey, string> = {
-  fenceCheck: 'functions/fence-check/handler.mjs',
-  release: 'functions/release/handler.mjs',
-  finalize: 'functions/finalize/handler.mjs',
-  sweeper: 'functions/sweeper/handler.mjs',
-  reclaimer: 'functions/reclaimer/handler.mjs',
-};
 
 let workDir: string;
 let home: string;
 let template: CfnTemplate;
-const taskDirs = new Map<FunctionKey, string>();
 const bundles = new Map<FunctionKey, string>();
 
 beforeAll(async () => {
@@ -68,21 +56,13 @@ beforeAll(async () => {
     outputDir: join(workDir, 'package'),
     home,
     args: ['--param', `alarmSubscription=${SUBSCRIPTION}`],
-    // The tcp pass's copy of this file reads the default pass's packaging: the same commit and options.
+    // Packaged once per run: packaged-bundles.test.ts (every database pass) runs these same zips.
     oncePerRun: true,
   });
   template = packaged.template;
   for (const key of FUNCTION_KEYS) {
-    const task = join(workDir, 'task', key);
-    for (const [name, data] of await readZip(packaged.artifacts.get(key)!)) {
-      await mkdir(dirname(join(task, name)), { recursive: true });
-      await writeFile(join(task, name), data);
-    }
-    // What the nodejs22.x runtime provides besides Node: AWS SDK v3.
-    await mkdir(join(task, 'node_modules'), { recursive: true });
-    await symlink(join(PROJECT_ROOT, 'node_modules', '@aws-sdk'), join(task, 'node_modules', '@aws-sdk'));
-    taskDirs.set(key, task);
-    bundles.set(key, await readFile(join(task, HANDLER_PATHS[key]), 'utf8'));
+    const entries = await readZip(packaged.artifacts.get(key)!);
+    bundles.set(key, entries.get(HANDLER_PATHS[key])!.toString('utf8'));
   }
   // Packaging waits its turn behind the other packaging files (PACKAGE_LOCK_WAIT_MS), then packages.
 }, 330_000);
@@ -482,177 +462,5 @@ describe('alarms that reach a person', () => {
     const body = substituteForInspection(dashboard!.Properties?.DashboardBody);
     const search = body.match(/SEARCH\('\{([^}]+)\} MetricName=\\"ForcedClears\\"/);
     expect(search?.[1]?.split(',')).toEqual([METRICS_NAMESPACE, 'function', 'service', 'stage']);
-  });
-});
-
-// ---------------------------------------------------------------------------------------------
-// The bundles, run under the Node 22 that runs these tests
-
-function runBundle(key: FunctionKey, script: string, env: Record<string, string>): Promise<ChildRun> {
-  const deployed = environmentOf(key);
-  return runChild(process.execPath, ['--input-type=module', '-e', script], {
-    cwd: taskDirs.get(key)!,
-    env: {
-      PATH: process.env.PATH ?? '',
-      AWS_REGION: 'us-east-1',
-      AWS_ACCESS_KEY_ID: 'test-access-key',
-      AWS_SECRET_ACCESS_KEY: 'test-secret-key',
-      ...deployed,
-      // The template's SSM reference is resolved by CloudFormation at deploy time.
-      ...(deployed.SANDBOX_PROVISIONER_URL
-        ? { SANDBOX_PROVISIONER_URL: 'http://provisioner.example.invalid' }
-        : {}),
-      BUNDLE: join(taskDirs.get(key)!, HANDLER_PATHS[key]),
-      ...env,
-    },
-    timeoutMs: 60_000,
-  });
-}
-
-/** Invokes the bundle's handler `times` times with `event`; prints each outcome as one JSON line. */
-const INVOKE = `
-import { pathToFileURL } from 'node:url';
-const { handler } = await import(pathToFileURL(process.env.BUNDLE).href);
-const context = {
-  functionName: 'f', functionVersion: '$LATEST', memoryLimitInMB: '256',
-  invokedFunctionArn: 'arn:aws:lambda:us-east-1:000000000000:function:f', awsRequestId: 'r',
-  logGroupName: '/aws/lambda/f', logStreamName: 's', callbackWaitsForEmptyEventLoop: true,
-  getRemainingTimeInMillis: () => 30000, done() {}, fail() {}, succeed() {},
-};
-const event = JSON.parse(process.env.EVENT);
-for (let i = 0; i < Number(process.env.TIMES ?? 1); i += 1) {
-  const outcome = await handler(event, context).then(
-    (result) => ({ ok: true, result }),
-    (error) => ({ ok: false, name: error.name, message: error.message }),
-  );
-  console.log(JSON.stringify({ outcome }));
-}
-process.exit(0);
-`;
-
-function outcomes(run: ChildRun): Array<{ ok: boolean; result?: unknown; name?: string; message?: string }> {
-  return run.stdout
-    .split('\n')
-    .filter((line) => line.startsWith('{"outcome"'))
-    .map((line) => (JSON.parse(line) as { outcome: { ok: boolean } }).outcome);
-}
-
-function documents(run: ChildRun): Array<Record<string, unknown>> {
-  return run.stdout
-    .split('\n')
-    .filter((line) => line.startsWith('{'))
-    .map((line) => JSON.parse(line) as Record<string, unknown>);
-}
-
-describe('the bundles against a real database and a real SSM endpoint', () => {
-  let t: TestDatabase;
-  let ssm: LocalSsm;
-  beforeAll(async () => {
-    t = await createTestDatabase();
-    ssm = await startLocalSsm();
-  });
-  afterAll(async () => {
-    await ssm?.close();
-    await t?.drop();
-  });
-
-  it('read the database URL from its SecureString once per cold start, and count each forced clear once as ForcedClears', async () => {
-    ssm.put(DATABASE_URL_PARAMETER, { type: 'SecureString', value: t.url });
-    const s = await finishedRootRun(t.db);
-    await t.db.query(
-      `INSERT INTO runtime_cleanup_overrides (run_id, uid, runtime_scope_id, reason, actor)
-       VALUES ($1::text, $2::text, $3::text, 'sandbox destroyed by hand', 'template-test')`,
-      [s.rootRunId, s.uid, s.runtimeScopeId],
-    );
-
-    const run = await runBundle('sweeper', INVOKE, {
-      EVENT: '{}',
-      TIMES: '2',
-      AWS_ENDPOINT_URL_SSM: ssm.endpoint,
-      DATABASE_DRIVER: t.driver,
-      DATABASE_WS_PROXY: t.wsProxy,
-    });
-
-    expect(run.code, run.stderr).toBe(0);
-    expect(outcomes(run).map((outcome) => outcome.ok)).toEqual([true, true]);
-    expect(ssm.requests).toEqual([{ name: DATABASE_URL_PARAMETER, withDecryption: true, signedFor: 'ssm' }]);
-    const forcedClears = documents(run).filter((document) => MetricName.FORCED_CLEARS in document);
-    expect(forcedClears.map((document) => document[MetricName.FORCED_CLEARS])).toEqual([1, 0]);
-    const emf = forcedClears[0] as {
-      _aws: { CloudWatchMetrics: Array<{ Namespace: string; Dimensions: string[][] }> };
-    };
-    expect(emf._aws.CloudWatchMetrics[0]!.Namespace).toBe(METRICS_NAMESPACE);
-    expect([...emf._aws.CloudWatchMetrics[0]!.Dimensions[0]!].sort()).toEqual([
-      'function',
-      'service',
-      'stage',
-    ]);
-    expect(forcedClears[0]).toMatchObject({ function: 'sweeper', service: 'runtime-cleanup', stage: STAGE });
-    const password = decodeURIComponent(new URL(t.url).password);
-    if (password) expect(run.stdout + run.stderr).not.toContain(password);
-  });
-
-  it('open the URL read from SSM with the driver its host calls for when DATABASE_DRIVER is unset: tcp for a self-hosted PostgreSQL', async () => {
-    // No bridge and no DATABASE_DRIVER: the Neon driver could not reach this loopback PostgreSQL
-    // at all (its WebSocket would go to the host's /v2), so an answer proves the tcp driver ran.
-    ssm.put(DATABASE_URL_PARAMETER, { type: 'SecureString', value: t.url });
-    const run = await runBundle('sweeper', INVOKE, {
-      EVENT: '{}',
-      AWS_ENDPOINT_URL_SSM: ssm.endpoint,
-      // Empty is unset, whatever a stage's template puts there.
-      DATABASE_DRIVER: '',
-    });
-    expect(run.code, run.stderr).toBe(0);
-    expect(outcomes(run), run.stdout).toMatchObject([{ ok: true, result: { failed: [] } }]);
-  });
-
-  it('start fence-check, finalize and the sweeper with a broken SANDBOX_PROVISIONER_URL; only release and the reclaimer refuse it, in one line', async () => {
-    ssm.put(DATABASE_URL_PARAMETER, { type: 'SecureString', value: t.url });
-    const broken = {
-      SANDBOX_PROVISIONER_URL: 'not a url',
-      AWS_ENDPOINT_URL_SSM: ssm.endpoint,
-      DATABASE_DRIVER: t.driver,
-      DATABASE_WS_PROXY: t.wsProxy,
-    };
-    const runs = await Promise.all(
-      FUNCTION_KEYS.map(async (key) => ({
-        key,
-        run: await runBundle(key, INVOKE, {
-          ...broken,
-          EVENT: key === 'sweeper' || key === 'reclaimer' ? '{}' : '{"Records":[]}',
-        }),
-      })),
-    );
-    for (const { key, run } of runs) {
-      expect(run.code, `${key}: ${run.stderr}`).toBe(0);
-      const [outcome] = outcomes(run);
-      if (CALLS_PROVISIONER.has(key)) {
-        expect(outcome).toMatchObject({
-          ok: false,
-          name: 'ConfigError',
-          message: 'SANDBOX_PROVISIONER_URL="not a url" is invalid: must be an absolute URL',
-        });
-      } else {
-        expect(outcome, `${key}: ${run.stdout}`).toMatchObject({ ok: true });
-      }
-    }
-  });
-
-  it('fail a cold start whose parameter cannot be read with one line naming it, never its value', async () => {
-    // The keyword form libpq accepts and the Neon driver does not: a plausible mistake.
-    ssm.put(DATABASE_URL_PARAMETER, {
-      type: 'SecureString',
-      value: 'host=db.internal user=cleanup password=leaked-password dbname=app',
-    });
-    const run = await runBundle('fenceCheck', INVOKE, {
-      EVENT: '{"Records":[]}',
-      AWS_ENDPOINT_URL_SSM: ssm.endpoint,
-    });
-    const [outcome] = outcomes(run);
-    expect(outcome).toMatchObject({ ok: false, name: 'DatabaseUrlUnreadableError' });
-    expect(outcome!.message).toBe(
-      `cannot read DATABASE_URL from SSM parameter ${DATABASE_URL_PARAMETER}: its value is not a postgres:// or postgresql:// URL (value not shown)`,
-    );
-    expect(run.stdout + run.stderr).not.toContain('leaked-password');
   });
 });

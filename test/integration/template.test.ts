@@ -1,12 +1,14 @@
 /**
  * The deployable artifact, as CloudFormation and Lambda receive it: `npm run package` runs once,
  * offline and without any AWS configuration, and every claim below reads the generated template
- * or the zips. The expected names come from the contract, not from the generator.
+ * or the zips. The expected names come from the contract, not from the generator. No database is
+ * involved, so it runs once, not per database pass: the handlers of these zips run against one in
+ * packaged-bundles.test.ts.
  */
-import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { isBuiltin } from 'node:module';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CONFIG_DEFAULTS, DATABASE_FAILURE_REPORT_MARGIN_MS } from '../../functions/adapters/config.ts';
 import { METRICS_NAMESPACE, MetricName } from '../../functions/adapters/metric-names.ts';
@@ -16,11 +18,15 @@ import {
   QUEUE_DEFINITIONS,
 } from '../../functions/adapters/queues.ts';
 import { PUBLISH_MARGIN_MS } from '../../functions/release/handler.ts';
-import { type ChildRun, runChild } from '../support/child-process.ts';
-import { createTestDatabase, type TestDatabase } from '../support/database.ts';
+import {
+  FUNCTION_KEYS,
+  type FunctionKey,
+  HANDLER_PATHS,
+  runInTask,
+  unpackForLambda,
+} from '../support/lambda-task.ts';
 import {
   type CfnTemplate,
-  PROJECT_ROOT,
   packageService,
   readZip,
   referencedLogicalId,
@@ -42,7 +48,7 @@ const CONTRACT_QUEUES = {
 } as const;
 
 /** Who consumes what and may send where: the protocol's arrows, DLQ moves included. */
-const EXPECTED_GRANTS = {
+const EXPECTED_GRANTS: Record<FunctionKey, { consumes: string[]; sendsTo: string[] }> = {
   fenceCheck: {
     consumes: ['run-finished'],
     sendsTo: ['run-finished', 'run-finished-dlq', 'runtime-finalize', 'runtime-release.fifo'],
@@ -58,9 +64,7 @@ const EXPECTED_GRANTS = {
   sweeper: { consumes: [], sendsTo: ['run-finished'] },
   // Lists and deletes at the provisioner; no queue at all.
   reclaimer: { consumes: [], sendsTo: [] },
-} as const;
-type FunctionKey = keyof typeof EXPECTED_GRANTS;
-const FUNCTION_KEYS = Object.keys(EXPECTED_GRANTS) as FunctionKey[];
+};
 
 /**
  * docs/integration.md, section 4, as every function carries it. AWS_ENDPOINT_URL_SQS is deliberately left
@@ -84,14 +88,6 @@ const CONTRACT_VARIABLES = [
  */
 const OPTIONAL_REQUIRES = new Set(['bufferutil', 'utf-8-validate', 'pg-native']);
 
-const HANDLER_PATHS: Record<FunctionKey, string> = {
-  fenceCheck: 'functions/fence-check/handler.mjs',
-  release: 'functions/release/handler.mjs',
-  finalize: 'functions/finalize/handler.mjs',
-  sweeper: 'functions/sweeper/handler.mjs',
-  reclaimer: 'functions/reclaimer/handler.mjs',
-};
-
 let workDir: string;
 let template: CfnTemplate;
 /** The template's questions (template-queries.ts), asked of this run's template. */
@@ -105,7 +101,7 @@ beforeAll(async () => {
   workDir = await mkdtemp(join(tmpdir(), 'runtime-cleanup-package-'));
   const home = join(workDir, 'home');
   await mkdir(home);
-  // The tcp pass's copy of this file reads the default pass's packaging: the same commit and options.
+  // Packaged once per run: template-stage-settings.test.ts compares its own packagings with it.
   const packaged = await packageService({
     stage: STAGE,
     outputDir: join(workDir, 'package'),
@@ -122,13 +118,7 @@ beforeAll(async () => {
   packageOutput = packaged.output;
   for (const key of FUNCTION_KEYS) {
     const task = join(workDir, 'task', key);
-    for (const [name, data] of await readZip(artifacts.get(key)!)) {
-      await mkdir(dirname(join(task, name)), { recursive: true });
-      await writeFile(join(task, name), data);
-    }
-    // The nodejs22.x runtime provides AWS SDK v3 (and resolves it for ES modules); nothing else.
-    await mkdir(join(task, 'node_modules'), { recursive: true });
-    await symlink(join(PROJECT_ROOT, 'node_modules', '@aws-sdk'), join(task, 'node_modules', '@aws-sdk'));
+    await unpackForLambda(artifacts.get(key)!, task);
     taskDirs.set(key, task);
   }
   // Packaging waits its turn behind the other packaging files (PACKAGE_LOCK_WAIT_MS), then packages.
@@ -554,10 +544,6 @@ describe('template integrity', () => {
 // ---------------------------------------------------------------------------------------------
 // The bundles, run under the Node 22 that runs these tests
 
-function runNode(script: string, options: { cwd: string; env: Record<string, string> }): Promise<ChildRun> {
-  return runChild(process.execPath, ['--input-type=module', '-e', script], options);
-}
-
 /**
  * A deployed function's environment: the template's variables, with a plain DATABASE_URL in place
  * of the SSM parameter (read from SSM in template-production.test.ts) and a provisioner URL.
@@ -594,10 +580,11 @@ describe('bundles', () => {
   it('load under Node 22 with only the runtime’s AWS SDK, export handler, and connect nowhere on import', async () => {
     const results = await Promise.all(
       FUNCTION_KEYS.map(async (key) => {
-        const run = await runNode(IMPORT_PROBE, {
-          cwd: taskDirs.get(key)!,
-          env: lambdaEnvironment(key, { BUNDLE: join(taskDirs.get(key)!, HANDLER_PATHS[key]) }),
-        });
+        const run = await runInTask(
+          taskDirs.get(key)!,
+          IMPORT_PROBE,
+          lambdaEnvironment(key, { BUNDLE: join(taskDirs.get(key)!, HANDLER_PATHS[key]) }),
+        );
         return { key, run };
       }),
     );
@@ -648,67 +635,5 @@ describe('bundles', () => {
         key,
       ).toEqual([]);
     }
-  });
-});
-
-describe('the sweeper bundle against a real database', () => {
-  let t: TestDatabase;
-  beforeAll(async () => {
-    t = await createTestDatabase();
-  });
-  afterAll(async () => {
-    await t?.drop();
-  });
-
-  it('emits OldestFenceAge with exactly the dimensions its alarm and its dashboard graph name', async () => {
-    const script = `
-      import { pathToFileURL } from 'node:url';
-      const { handler } = await import(pathToFileURL(process.env.BUNDLE).href);
-      const context = {
-        functionName: 'runtime-cleanup-ci-sweeper', functionVersion: '$LATEST', memoryLimitInMB: '256',
-        invokedFunctionArn: 'arn:aws:lambda:us-east-1:000000000000:function:runtime-cleanup-ci-sweeper',
-        awsRequestId: 'template-test', logGroupName: '/aws/lambda/runtime-cleanup-ci-sweeper',
-        logStreamName: 'template-test', callbackWaitsForEmptyEventLoop: true,
-        getRemainingTimeInMillis: () => 60000, done() {}, fail() {}, succeed() {},
-      };
-      const result = await handler({}, context);
-      process.stdout.write(JSON.stringify({ sweepResult: result }) + '\\n', () => process.exit(0));
-    `;
-    const run = await runNode(script, {
-      cwd: taskDirs.get('sweeper')!,
-      env: lambdaEnvironment('sweeper', {
-        BUNDLE: join(taskDirs.get('sweeper')!, HANDLER_PATHS.sweeper),
-        DATABASE_URL: t.url,
-        DATABASE_DRIVER: t.driver,
-        DATABASE_WS_PROXY: t.wsProxy,
-      }),
-    });
-    expect(run.code, run.stderr + run.stdout).toBe(0);
-    const documents = run.stdout
-      .split('\n')
-      .filter((line) => line.startsWith('{'))
-      .map((line) => JSON.parse(line) as Record<string, unknown>);
-    expect(documents.at(-1)).toMatchObject({ sweepResult: { pendingFences: 0 } });
-    const emf = documents.find((document) => MetricName.OLDEST_FENCE_AGE in document) as
-      | ({ _aws: { CloudWatchMetrics: Array<{ Namespace: string; Dimensions: string[][] }> } } & Record<
-          string,
-          unknown
-        >)
-      | undefined;
-    expect(emf, run.stdout).toBeDefined();
-    const [directive] = emf!._aws.CloudWatchMetrics;
-    expect(directive!.Namespace).toBe(METRICS_NAMESPACE);
-    const emitted = Object.fromEntries(directive!.Dimensions[0]!.map((name) => [name, emf![name]]));
-
-    const alarm = cfn
-      .alarms()
-      .find(([, candidate]) => candidate.MetricName === MetricName.OLDEST_FENCE_AGE)?.[1];
-    const dimensions = (alarm?.Dimensions ?? []) as Array<{ Name: string; Value: string }>;
-    const watched = Object.fromEntries(dimensions.map(({ Name, Value }) => [Name, Value]));
-    expect(watched).toEqual(emitted);
-    expect(emitted).toMatchObject({ stage: STAGE, function: 'sweeper' });
-
-    const graphed = cfn.dashboardCustomMetrics().find(({ metric }) => metric === MetricName.OLDEST_FENCE_AGE);
-    expect(graphed?.schema.sort()).toEqual(Object.keys(emitted).sort());
   });
 });

@@ -30,6 +30,13 @@ export const DRIVER_FREE_FILES: Readonly<Record<string, DriverFreeFile>> = {
   'test/integration/template-stage-settings.test.ts': {
     reason: "package-time validation of a stage's settings; nothing runs",
   },
+  'test/integration/template.test.ts': {
+    reason:
+      'the packaged template and zips, read; the bundles only imported (packaged-bundles.test.ts runs them)',
+  },
+  'test/integration/template-production.test.ts': {
+    reason: 'the production stage’s template and zips, read (packaged-bundles.test.ts runs the bundles)',
+  },
   'test/integration/provisioner-answer-origin.test.ts': { reason: PROVISIONER_ONLY },
   'test/integration/provisioner-audit-control.test.ts': { reason: PROVISIONER_ONLY },
   'test/integration/provisioner-body-limit.test.ts': { reason: PROVISIONER_ONLY },
@@ -65,8 +72,7 @@ export const DRIVER_FREE_FILES: Readonly<Record<string, DriverFreeFile>> = {
  * handlers' own tests prove there.
  */
 export const POOLER_PASS_ALSO_LEAVES_OUT: Readonly<Record<string, string>> = {
-  'test/integration/template.test.ts': 'the packaged bundles: proven over both drivers without a pooler',
-  'test/integration/template-production.test.ts':
+  'test/integration/packaged-bundles.test.ts':
     'the packaged bundles: proven over both drivers without a pooler',
 };
 

@@ -84,10 +84,10 @@ export function packageCacheDir(mainPid: number = process.ppid): string {
 }
 
 /**
- * A packaging of this checkout with these options, once per test run: the same file in each
- * database pass (template.test.ts over neon and over tcp) packages the same commit with the same
- * options, and what it asserts on the artifact cannot depend on the pass. Taken under the lock, so
- * a second asker waits for the first packaging and copies it.
+ * A packaging of this checkout with these options, once per test run: files that read the same
+ * stage's artifact (template-production.test.ts, and packaged-bundles.test.ts in each database pass)
+ * share one packaging of the same commit and options. Taken under the lock, so a second asker waits
+ * for the first packaging and copies it.
  */
 async function packageOnce(
   args: string[],

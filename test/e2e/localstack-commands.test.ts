@@ -8,16 +8,15 @@
  */
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../../infra/local/embedded-postgres.ts';
 import { LOCALSTACK_SERVICES, PROVISIONER } from '../../infra/localstack/topology.ts';
-import { type ChildRun, runChild } from '../support/child-process.ts';
+import type { ChildRun } from '../support/child-process.ts';
+import { runCommand } from '../support/commands.ts';
 import { withFileLock } from '../support/file-lock.ts';
 import { useDatabaseFixture, useSqsFixture } from '../support/fixtures.ts';
 import { PACKAGE_LOCK_DIR } from '../support/packaged-template.ts';
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const CHILD_TIMEOUT_MS = 120_000;
 
 const database = useDatabaseFixture();
@@ -74,9 +73,12 @@ async function startFakeLocalStack(services: Record<string, string>): Promise<{
   };
 }
 
-function npmRun(script: string, env: Record<string, string>): Promise<ChildRun> {
-  return runChild('npm', ['run', '--silent', script], {
-    cwd: ROOT,
+/**
+ * `npm run deploy:local` or `npm run remove:local` minus npm and tsx (their wiring: package-scripts.test.ts),
+ * in a process group of its own: osls is its child.
+ */
+function npmRun(script: 'deploy:local' | 'remove:local', env: Record<string, string>): Promise<ChildRun> {
+  return runCommand('localstack', [script === 'deploy:local' ? 'deploy' : 'remove'], {
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env },
     timeoutMs: CHILD_TIMEOUT_MS,
     processGroup: true,
@@ -91,7 +93,7 @@ describe('npm run deploy:local and remove:local', () => {
     closedEndpoint = `http://127.0.0.1:${await freePort()}`;
   });
 
-  it.each(['deploy:local', 'remove:local'])(
+  it.each(['deploy:local', 'remove:local'] as const)(
     '%s stops with one line when nothing answers where LocalStack should be',
     async (script) => {
       const run = await npmRun(script, { AWS_ENDPOINT_URL: closedEndpoint });

@@ -11,7 +11,10 @@ import { COMMAND_ENTRIES } from '../support/command-bundles.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
-/** Each script, the entry file its bundle is built from, and the first line of its usage. */
+/**
+ * Each script, the entry file its bundle is built from (with the argument the script adds), and the
+ * first line of its usage.
+ */
 const SCRIPTS = [
   ['stack', COMMAND_ENTRIES.stack, /^Usage: npm run stack\b/],
   ['start', COMMAND_ENTRIES.start, /^npm start -- \[options\]/],
@@ -19,6 +22,8 @@ const SCRIPTS = [
   ['ops', COMMAND_ENTRIES.ops, /^Operator CLI of the runtime cleanup\./],
   ['chaos', COMMAND_ENTRIES.chaos, /^npm run chaos -- \[options\]/],
   ['smoke', COMMAND_ENTRIES.smoke, /^Usage: npm run smoke\b/],
+  ['deploy:local', `${COMMAND_ENTRIES.localstack} deploy`, /^Usage: npm run deploy:local\b/],
+  ['remove:local', `${COMMAND_ENTRIES.localstack} remove`, /^Usage: npm run deploy:local\b/],
 ] as const;
 
 const scripts = (

@@ -33,6 +33,7 @@ export const COMMAND_ENTRIES = {
   ops: 'infra/ops/cli.ts',
   chaos: 'test/chaos/cli.ts',
   smoke: 'infra/smoke/cli.ts',
+  localstack: 'infra/localstack/cli.ts',
   provisioner: 'infra/local/provisioner/cli.ts',
   'termination-storm-child': 'test/support/termination-storm-child.ts',
 } as const;

@@ -27,11 +27,12 @@ export function commandArgs(command: Command, args: readonly string[] = []): str
 export function runCommand(
   command: Command,
   args: readonly string[],
-  options: { env: NodeJS.ProcessEnv; timeoutMs: number; cwd?: string },
+  options: { env: NodeJS.ProcessEnv; timeoutMs: number; cwd?: string; processGroup?: boolean },
 ): Promise<ChildRun> {
   return runChild(process.execPath, commandArgs(command, args), {
     cwd: options.cwd ?? ROOT,
     env: options.env,
     timeoutMs: options.timeoutMs,
+    processGroup: options.processGroup,
   });
 }

@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CONFIG_DEFAULTS } from '../../functions/adapters/config.ts';
 import { MetricName } from '../../functions/adapters/metric-names.ts';
+import { FUNCTION_KEYS, type FunctionKey } from '../support/lambda-task.ts';
 import {
   type CfnTemplate,
   comparableTemplate,
@@ -24,8 +25,6 @@ import {
 import { asList, type Statement, TemplateQueries } from '../support/template-queries.ts';
 
 const STAGE = 'ci';
-const FUNCTION_KEYS = ['fenceCheck', 'release', 'finalize', 'sweeper', 'reclaimer'] as const;
-type FunctionKey = (typeof FUNCTION_KEYS)[number];
 const CALLS_PROVISIONER = new Set<FunctionKey>(['release', 'reclaimer']);
 
 /**
@@ -84,7 +83,8 @@ beforeAll(async () => {
   workDir = await mkdtemp(join(tmpdir(), 'runtime-cleanup-stage-settings-'));
   home = join(workDir, 'home');
   await mkdir(home);
-  plain = await packageService({ stage: STAGE, outputDir: join(workDir, 'plain'), home });
+  // The same stage and options as template.test.ts's packaging: whichever file comes first packages.
+  plain = await packageService({ stage: STAGE, outputDir: join(workDir, 'plain'), home, oncePerRun: true });
   fromShell = await packageService({ stage: STAGE, outputDir: join(workDir, 'shell'), home, env: SHELL });
   explicit = await packageService({
     stage: STAGE,

@@ -199,7 +199,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       onStopStep: (step) => options.onStage?.(`stopping: the stack: ${step}`),
       onError: (error, source) => {
         // After the result is made (the stack stops last): said at once, past any capture of the
-        // process's streams, so a stop step that overran its bound is seen, and named.
+        // process's streams, so a stop step that failed or overran its bound is seen, and named.
         if (source === 'stop') writeSync(2, `${JSON.stringify({ chaosStackStop: error.message })}\n`);
         const key = `${source}: ${error.name}`;
         stackErrors.set(key, (stackErrors.get(key) ?? 0) + 1);

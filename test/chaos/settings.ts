@@ -96,7 +96,7 @@ export const CHAIN_ON_A_LOADED_MACHINE_SECONDS = 5;
  * quarantine path at 11–16 s on a quiet machine, and over 20 s once a fault-free DELETE after the
  * stop missed its 1 s timeout under load (each miss re-arms the quarantine): what the bound does
  * not cover is CPU starvation, which the suite avoids by running its engines one at a time
- * (engine-lock.ts) and by keeping its probes to one round trip inside a DELETE (lock-probe.ts).
+ * (vitest.config.ts) and by keeping its probes to one round trip inside a DELETE (lock-probe.ts).
  */
 export const CONVERGENCE_BOUND_MS =
   (Math.max(

@@ -7,9 +7,10 @@
  *     --reporter=default --reporter=./test/support/durations-reporter.ts
  *
  * A file runs once per database pass: the longest of its runs is kept. Files under a second are
- * left out (the sequencer assumes two seconds for a file it has no record of).
+ * left out (the sequencer assumes two seconds for a file it has no record of); files this run did
+ * not run keep what was recorded before.
  */
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { relative } from 'node:path';
 import type { Reporter, TestModule } from 'vitest/node';
 
@@ -31,6 +32,10 @@ export default class DurationsReporter implements Reporter {
   }
 
   onTestRunEnd(): void {
+    const before = JSON.parse(readFileSync(OUTPUT, 'utf8')) as { seconds: Record<string, number> };
+    for (const [path, value] of Object.entries(before.seconds)) {
+      if (!this.#seconds.has(path)) this.#seconds.set(path, value);
+    }
     const seconds = Object.fromEntries(
       [...this.#seconds]
         .filter(([, value]) => value >= RECORDED_FROM_SECONDS)

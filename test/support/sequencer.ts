@@ -4,12 +4,12 @@
  *
  * Vitest's order runs one project after another, larger files first (longer ones once its cache
  * holds a previous run, which a clean clone such as CI's never has). In a merged run that started
- * the two chaos engines (about 40 s each) after everything else, and the packaging files (a chain
- * of about 140 s behind one lock) halfway through, so the run ended on one busy worker. Here the
- * files measured as long (file-durations.json, recorded by durations-reporter.ts) are placed first,
- * longest first, by simulating the workers on those durations: a file that waits for a lock another
- * long file holds for its whole run (the chaos engine lock) is placed where that lock comes free,
- * with short files filling the gap, rather than parking a worker behind it. Short files keep
+ * the packaging files (a chain of about 140 s behind one lock) halfway through, so the run ended on
+ * one busy worker. Here the files measured as long (file-durations.json, recorded by
+ * durations-reporter.ts) are placed first, longest first, by simulating the workers on those
+ * durations: a file that waits for a lock another long file holds (the packaging lock) is placed
+ * where that lock comes free, with short files filling the gap, rather than parking a worker behind
+ * it. Short files keep
  * Vitest's order, one project after another, so that a worker moves on to the next file of its
  * project in the same process (`isolate: false`). The order only changes how long a run takes,
  * never what it runs.
@@ -25,11 +25,13 @@ export const LONG_FILE_SECONDS = 8;
 const UNRECORDED_FILE_SECONDS = 2;
 
 /**
- * Locks a file holds for about its whole duration, by the call that takes them. The packaging lock
- * is not one: it is held for each packaging, and the packaging files' other work goes on between.
+ * Locks a file holds for much of its run, by the call that takes them: the packaging lock
+ * (packaged-template.ts), which the packaging files take once per packaging. Two of them started at
+ * once would leave a worker waiting behind the other's packagings; scheduled as holders of one lock,
+ * they run one after another beside the rest.
  */
 export const FILE_LONG_LOCKS: Readonly<Record<string, RegExp>> = {
-  'chaos engine': /\boneEngineAtATime\(/,
+  packaging: /\bpackageService\(/,
 };
 
 export interface ScheduledFile<T> {

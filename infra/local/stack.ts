@@ -143,7 +143,8 @@ export const DEFAULT_SQS_PORT = 4566;
  * A step of stop() that has not finished by then is left behind, and the steps after it still run:
  * one stop once waited forever on a step with no timer or socket left that could ever end it (a
  * chaos run's, in "stopping: the stack"), holding the SQS emulator's port and the rest open with it.
- * Every step is bounded by its own timeouts far below this; it is the backstop.
+ * The event sources' step, which lets running invocations finish, gets their function timeout
+ * instead.
  */
 export const STOP_STEP_TIMEOUT_MS = 30_000;
 
@@ -161,13 +162,16 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   const provisionerToken = provisionerTokenSource(config);
   const dataDir = resolve(options.dataDir ?? '.data');
   const onError = options.onError ?? (() => {});
-  /** What stop() undoes, last started first, each under its name. */
-  const cleanups: Array<{ step: string; run: () => Promise<void> }> = [];
-  const stopStepTimeoutMs = options.stopStepTimeoutMs ?? STOP_STEP_TIMEOUT_MS;
-  const stopAll = async () => {
-    for (const { step, run } of cleanups.reverse()) {
+  /**
+   * What stop() undoes, last started first, each under its name, with how long it may take when not
+   * STOP_STEP_TIMEOUT_MS.
+   */
+  const cleanups: Array<{ step: string; run: () => Promise<void>; timeoutMs?: number }> = [];
+  /** `report` hears a step's failure or overrun; a start that failed reports only its own error. */
+  const stopAll = async (report: (error: Error, source: string) => void = onError) => {
+    for (const { step, run, timeoutMs } of cleanups.reverse()) {
       options.onStopStep?.(step);
-      await stopStep(step, run, stopStepTimeoutMs, onError);
+      await stopStep(step, run, options.stopStepTimeoutMs ?? timeoutMs ?? STOP_STEP_TIMEOUT_MS, report);
     }
     cleanups.length = 0;
   };
@@ -314,6 +318,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     for (const source of sources) source.start();
     cleanups.push({
       step: 'event sources',
+      // A running invocation is let finish, as Lambda lets it: at most its function's timeout.
+      timeoutMs: Math.max(...consumed.map(({ fn }) => FUNCTION_DEFINITIONS[fn].timeoutSeconds)) * 1000,
       run: async () => {
         // A source's stop waits for its running invocations, and a release waiting on a hung DELETE
         // would hold it for the whole delete timeout: end the polls, then abort the DELETEs (the
@@ -397,7 +403,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       stop: stopAll,
     };
   } catch (error) {
-    await stopAll();
+    // The start's own error is the one line a person reads; an undo that fails after it is not news.
+    await stopAll(() => {});
     throw error;
   }
 }

@@ -1,9 +1,9 @@
 /**
  * The packaged bundles, unpacked as Lambda's nodejs22.x runtime lays them out, run under Node 22
  * against a real PostgreSQL over this pass's driver and a real local HTTP server speaking SSM's
- * GetParameter. The packaging is the production stage's of template-production.test.ts (packaged
- * once per run: whichever file asks first packages it); what is asserted of the template alone is
- * there and in template.test.ts, which run once, since no database path can change a template.
+ * GetParameter. The packagings are template-production.test.ts's and template.test.ts's (packaged
+ * once per run: whichever file asks first packages them); what is asserted of the template alone is
+ * there, in files that run once, since no database path can change a template.
  */
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -19,6 +19,7 @@ import {
   HANDLER_PATHS,
   runInTask,
   unpackForLambda,
+  withPlainDatabaseUrl,
 } from '../support/lambda-task.ts';
 import { packageService } from '../support/packaged-template.ts';
 import { type LocalSsm, startLocalSsm } from '../support/ssm-server.ts';
@@ -26,6 +27,8 @@ import { TemplateQueries } from '../support/template-queries.ts';
 
 /** template-production.test.ts's packaging: the same stage and options. */
 const STAGE = 'prod';
+/** template.test.ts's packaging: its sweeper runs with a plain DATABASE_URL, as locally. */
+const CI_STAGE = 'ci';
 const SUBSCRIPTION = 'oncall@example.com';
 const DATABASE_URL_PARAMETER = `/runtime-cleanup/${STAGE}/database-url`;
 /** The functions that call the provisioner: release deletes, the reclaimer lists and deletes. */
@@ -33,6 +36,8 @@ const CALLS_PROVISIONER = new Set<string>(['release', 'reclaimer']);
 
 let workDir: string;
 let cfn: TemplateQueries<FunctionKey>;
+let ciCfn: TemplateQueries<FunctionKey>;
+let ciSweeperDir: string;
 const taskDirs = new Map<FunctionKey, string>();
 let t: TestDatabase;
 let ssm: LocalSsm;
@@ -58,6 +63,19 @@ beforeAll(async () => {
     await unpackForLambda(packaged.artifacts.get(key)!, task);
     taskDirs.set(key, task);
   }
+  const ci = await packageService({
+    stage: CI_STAGE,
+    outputDir: join(workDir, 'ci'),
+    home,
+    oncePerRun: true,
+  });
+  ciCfn = new TemplateQueries(ci.template, {
+    service: 'runtime-cleanup',
+    stage: CI_STAGE,
+    functionKeys: FUNCTION_KEYS,
+  });
+  ciSweeperDir = join(workDir, 'ci-task', 'sweeper');
+  await unpackForLambda(ci.artifacts.get('sweeper')!, ciSweeperDir);
   t = await createTestDatabase();
   ssm = await startLocalSsm();
   // Packaging waits its turn behind the other packaging files (PACKAGE_LOCK_WAIT_MS), then packages.
@@ -224,13 +242,12 @@ describe('the bundles against a real database and a real SSM endpoint', () => {
 });
 
 describe('the sweeper bundle against a real database', () => {
-  // A database of its own: the file's other tests leave fences behind, and this one counts them.
-  let fresh: TestDatabase;
+  let t: TestDatabase;
   beforeAll(async () => {
-    fresh = await createTestDatabase();
+    t = await createTestDatabase();
   });
   afterAll(async () => {
-    await fresh?.drop();
+    await t?.drop();
   });
 
   it('emits OldestFenceAge with exactly the dimensions its alarm and its dashboard graph name', async () => {
@@ -238,21 +255,25 @@ describe('the sweeper bundle against a real database', () => {
       import { pathToFileURL } from 'node:url';
       const { handler } = await import(pathToFileURL(process.env.BUNDLE).href);
       const context = {
-        functionName: 'runtime-cleanup-${STAGE}-sweeper', functionVersion: '$LATEST', memoryLimitInMB: '256',
-        invokedFunctionArn: 'arn:aws:lambda:us-east-1:000000000000:function:runtime-cleanup-${STAGE}-sweeper',
-        awsRequestId: 'template-test', logGroupName: '/aws/lambda/runtime-cleanup-${STAGE}-sweeper',
+        functionName: 'runtime-cleanup-ci-sweeper', functionVersion: '$LATEST', memoryLimitInMB: '256',
+        invokedFunctionArn: 'arn:aws:lambda:us-east-1:000000000000:function:runtime-cleanup-ci-sweeper',
+        awsRequestId: 'template-test', logGroupName: '/aws/lambda/runtime-cleanup-ci-sweeper',
         logStreamName: 'template-test', callbackWaitsForEmptyEventLoop: true,
         getRemainingTimeInMillis: () => 60000, done() {}, fail() {}, succeed() {},
       };
       const result = await handler({}, context);
       process.stdout.write(JSON.stringify({ sweepResult: result }) + '\\n', () => process.exit(0));
     `;
-    ssm.put(DATABASE_URL_PARAMETER, { type: 'SecureString', value: fresh.url });
-    const run = await runBundle('sweeper', script, {
-      AWS_ENDPOINT_URL_SSM: ssm.endpoint,
-      DATABASE_DRIVER: fresh.driver,
-      DATABASE_WS_PROXY: fresh.wsProxy,
-    });
+    const run = await runInTask(
+      ciSweeperDir,
+      script,
+      withPlainDatabaseUrl(ciCfn.environmentOf('sweeper'), {
+        BUNDLE: join(ciSweeperDir, HANDLER_PATHS.sweeper),
+        DATABASE_URL: t.url,
+        DATABASE_DRIVER: t.driver,
+        DATABASE_WS_PROXY: t.wsProxy,
+      }),
+    );
     expect(run.code, run.stderr + run.stdout).toBe(0);
     const documents = run.stdout
       .split('\n')
@@ -270,15 +291,17 @@ describe('the sweeper bundle against a real database', () => {
     expect(directive!.Namespace).toBe(METRICS_NAMESPACE);
     const emitted = Object.fromEntries(directive!.Dimensions[0]!.map((name) => [name, emf![name]]));
 
-    const alarm = cfn
+    const alarm = ciCfn
       .alarms()
       .find(([, candidate]) => candidate.MetricName === MetricName.OLDEST_FENCE_AGE)?.[1];
     const dimensions = (alarm?.Dimensions ?? []) as Array<{ Name: string; Value: string }>;
     const watched = Object.fromEntries(dimensions.map(({ Name, Value }) => [Name, Value]));
     expect(watched).toEqual(emitted);
-    expect(emitted).toMatchObject({ stage: STAGE, function: 'sweeper' });
+    expect(emitted).toMatchObject({ stage: CI_STAGE, function: 'sweeper' });
 
-    const graphed = cfn.dashboardCustomMetrics().find(({ metric }) => metric === MetricName.OLDEST_FENCE_AGE);
+    const graphed = ciCfn
+      .dashboardCustomMetrics()
+      .find(({ metric }) => metric === MetricName.OLDEST_FENCE_AGE);
     expect(graphed?.schema.sort()).toEqual(Object.keys(emitted).sort());
   });
 });

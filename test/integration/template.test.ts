@@ -24,6 +24,7 @@ import {
   HANDLER_PATHS,
   runInTask,
   unpackForLambda,
+  withPlainDatabaseUrl,
 } from '../support/lambda-task.ts';
 import {
   type CfnTemplate,
@@ -544,22 +545,6 @@ describe('template integrity', () => {
 // ---------------------------------------------------------------------------------------------
 // The bundles, run under the Node 22 that runs these tests
 
-/**
- * A deployed function's environment: the template's variables, with a plain DATABASE_URL in place
- * of the SSM parameter (read from SSM in template-production.test.ts) and a provisioner URL.
- */
-function lambdaEnvironment(key: FunctionKey, overrides: Record<string, string>): Record<string, string> {
-  const { DATABASE_URL_PARAMETER: _readFromSsmElsewhere, ...deployed } = cfn.environmentOf(key);
-  return {
-    PATH: process.env.PATH ?? '',
-    AWS_REGION: 'us-east-1',
-    ...deployed,
-    DATABASE_URL: 'postgres://cleanup:secret@db.example.invalid:5432/cleanup',
-    SANDBOX_PROVISIONER_URL: 'http://provisioner.example.invalid',
-    ...overrides,
-  };
-}
-
 const IMPORT_PROBE = `
 import net from 'node:net';
 import { pathToFileURL } from 'node:url';
@@ -583,7 +568,9 @@ describe('bundles', () => {
         const run = await runInTask(
           taskDirs.get(key)!,
           IMPORT_PROBE,
-          lambdaEnvironment(key, { BUNDLE: join(taskDirs.get(key)!, HANDLER_PATHS[key]) }),
+          withPlainDatabaseUrl(cfn.environmentOf(key), {
+            BUNDLE: join(taskDirs.get(key)!, HANDLER_PATHS[key]),
+          }),
         );
         return { key, run };
       }),

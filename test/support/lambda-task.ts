@@ -40,3 +40,23 @@ export function runInTask(
 ): Promise<ChildRun> {
   return runChild(process.execPath, ['--input-type=module', '-e', script], { cwd: taskDir, env, timeoutMs });
 }
+
+/**
+ * A deployed function's environment as a local run gives it: the template's variables, with a plain
+ * DATABASE_URL in place of its SSM parameter (read from SSM in packaged-bundles.test.ts) and a
+ * provisioner URL, then `overrides`.
+ */
+export function withPlainDatabaseUrl(
+  deployed: Record<string, string>,
+  overrides: Record<string, string>,
+): Record<string, string> {
+  const { DATABASE_URL_PARAMETER: _readFromSsmElsewhere, ...rest } = deployed;
+  return {
+    PATH: process.env.PATH ?? '',
+    AWS_REGION: 'us-east-1',
+    ...rest,
+    DATABASE_URL: 'postgres://cleanup:secret@db.example.invalid:5432/cleanup',
+    SANDBOX_PROVISIONER_URL: 'http://provisioner.example.invalid',
+    ...overrides,
+  };
+}

@@ -85,8 +85,9 @@ export function packageCacheDir(mainPid: number = process.ppid): string {
 
 /**
  * A packaging of this checkout with these options, once per test run: files that read the same
- * stage's artifact (template-production.test.ts, and packaged-bundles.test.ts in each database pass)
- * share one packaging of the same commit and options. Taken under the lock, so a second asker waits
+ * stage's artifact share one packaging of the same commit and options (the ci stage:
+ * template.test.ts, template-stage-settings.test.ts and packaged-bundles.test.ts; the prod stage:
+ * template-production.test.ts and packaged-bundles.test.ts, which runs in each database pass). Taken under the lock, so a second asker waits
  * for the first packaging and copies it.
  */
 async function packageOnce(

@@ -5,8 +5,7 @@
  * once per run: whichever file asks first packages them); what is asserted of the template alone is
  * there, in files that run once, since no database path can change a template.
  */
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { METRICS_NAMESPACE, MetricName } from '../../functions/adapters/metric-names.ts';
@@ -21,15 +20,14 @@ import {
   unpackForLambda,
   withPlainDatabaseUrl,
 } from '../support/lambda-task.ts';
-import { packageService } from '../support/packaged-template.ts';
+import { PRODUCTION_PACKAGING, packageService, packagingWorkDir } from '../support/packaged-template.ts';
 import { type LocalSsm, startLocalSsm } from '../support/ssm-server.ts';
 import { TemplateQueries } from '../support/template-queries.ts';
 
 /** template-production.test.ts's packaging: the same stage and options. */
-const STAGE = 'prod';
+const STAGE = PRODUCTION_PACKAGING.stage;
 /** template.test.ts's packaging: its sweeper runs with a plain DATABASE_URL, as locally. */
 const CI_STAGE = 'ci';
-const SUBSCRIPTION = 'oncall@example.com';
 const DATABASE_URL_PARAMETER = `/runtime-cleanup/${STAGE}/database-url`;
 /** The functions that call the provisioner: release deletes, the reclaimer lists and deletes. */
 const CALLS_PROVISIONER = new Set<string>(['release', 'reclaimer']);
@@ -43,14 +41,13 @@ let t: TestDatabase;
 let ssm: LocalSsm;
 
 beforeAll(async () => {
-  workDir = await mkdtemp(join(tmpdir(), 'runtime-cleanup-bundles-'));
-  const home = join(workDir, 'home');
-  await mkdir(home);
+  let home: string;
+  ({ workDir, home } = await packagingWorkDir('bundles'));
   const packaged = await packageService({
-    stage: STAGE,
+    ...PRODUCTION_PACKAGING,
+    args: [...PRODUCTION_PACKAGING.args],
     outputDir: join(workDir, 'package'),
     home,
-    args: ['--param', `alarmSubscription=${SUBSCRIPTION}`],
     oncePerRun: true,
   });
   cfn = new TemplateQueries(packaged.template, {

@@ -7,8 +7,7 @@
  * Deploying needs LocalStack and Docker, which cannot run here (test/e2e/localstack-commands.test.ts
  * covers what can be run without them).
  */
-import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseDocument } from 'yaml';
@@ -21,6 +20,7 @@ import {
   type PackagedService,
   PROJECT_ROOT,
   packageService,
+  packagingWorkDir,
 } from '../support/packaged-template.ts';
 import { TemplateQueries } from '../support/template-queries.ts';
 
@@ -42,9 +42,7 @@ async function writeBaselineConfig(): Promise<void> {
 }
 
 beforeAll(async () => {
-  workDir = await mkdtemp(join(tmpdir(), 'runtime-cleanup-local-stage-'));
-  home = join(workDir, 'home');
-  await mkdir(home);
+  ({ workDir, home } = await packagingWorkDir('local-stage'));
   await writeBaselineConfig();
   for (const [name, stage, args] of [
     ['local', 'local', []],

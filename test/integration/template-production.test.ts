@@ -1,6 +1,5 @@
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { rm } from 'node:fs/promises';
 import { createRequire } from 'node:module';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CONFIG_DEFAULTS } from '../../functions/adapters/config.ts';
@@ -16,8 +15,11 @@ import { FUNCTION_KEYS, type FunctionKey, HANDLER_PATHS } from '../support/lambd
 import {
   type CfnResource,
   type CfnTemplate,
+  PRODUCTION_ALARM_SUBSCRIPTION,
+  PRODUCTION_PACKAGING,
   PROJECT_ROOT,
   packageService,
+  packagingWorkDir,
   readZip,
   referencedLogicalId,
   resourcesOfType,
@@ -33,9 +35,8 @@ import {
  * what each function uses. The same bundles run under Node 22 against a real PostgreSQL and a real
  * local HTTP server speaking SSM's GetParameter in packaged-bundles.test.ts, once per database pass.
  */
-const STAGE = 'prod';
+const STAGE = PRODUCTION_PACKAGING.stage;
 const PREFIX = `${STAGE}-`;
-const SUBSCRIPTION = 'oncall@example.com';
 const DATABASE_URL_PARAMETER = `/runtime-cleanup/${STAGE}/database-url`;
 const PROVISIONER_URL_PARAMETER = `/runtime-cleanup/${STAGE}/sandbox-provisioner-url`;
 
@@ -48,14 +49,12 @@ let template: CfnTemplate;
 const bundles = new Map<FunctionKey, string>();
 
 beforeAll(async () => {
-  workDir = await mkdtemp(join(tmpdir(), 'runtime-cleanup-production-'));
-  home = join(workDir, 'home');
-  await mkdir(home);
+  ({ workDir, home } = await packagingWorkDir('production'));
   const packaged = await packageService({
-    stage: STAGE,
+    ...PRODUCTION_PACKAGING,
+    args: [...PRODUCTION_PACKAGING.args],
     outputDir: join(workDir, 'package'),
     home,
-    args: ['--param', `alarmSubscription=${SUBSCRIPTION}`],
     // Packaged once per run: packaged-bundles.test.ts (every database pass) runs these same zips.
     oncePerRun: true,
   });
@@ -394,7 +393,7 @@ describe('alarms that reach a person', () => {
     const subscriptions = resourcesOfType(template, 'AWS::SNS::Subscription');
     expect(subscriptions).toHaveLength(1);
     const properties = subscriptions[0]![1].Properties!;
-    expect(properties).toMatchObject({ Protocol: 'email', Endpoint: SUBSCRIPTION });
+    expect(properties).toMatchObject({ Protocol: 'email', Endpoint: PRODUCTION_ALARM_SUBSCRIPTION });
     expect(referencedLogicalId(properties.TopicArn)).toBe('AlarmTopic');
   });
 

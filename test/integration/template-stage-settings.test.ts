@@ -5,8 +5,7 @@
  * provisioner token's parameter for the two functions that call the provisioner, DATABASE_DRIVER;
  * and, on every stage, the managed policy the agent platform attaches to its worker.
  */
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CONFIG_DEFAULTS } from '../../functions/adapters/config.ts';
@@ -18,6 +17,7 @@ import {
   differingArtifacts,
   type PackagedService,
   packageService,
+  packagingWorkDir,
   referencedLogicalId,
   resourcesOfType,
   runPackage,
@@ -80,9 +80,7 @@ const queriesOf = (template: CfnTemplate) =>
   new TemplateQueries(template, { service: 'runtime-cleanup', stage: STAGE, functionKeys: FUNCTION_KEYS });
 
 beforeAll(async () => {
-  workDir = await mkdtemp(join(tmpdir(), 'runtime-cleanup-stage-settings-'));
-  home = join(workDir, 'home');
-  await mkdir(home);
+  ({ workDir, home } = await packagingWorkDir('stage-settings'));
   // The same stage and options as template.test.ts's packaging: whichever file comes first packages.
   plain = await packageService({ stage: STAGE, outputDir: join(workDir, 'plain'), home, oncePerRun: true });
   fromShell = await packageService({ stage: STAGE, outputDir: join(workDir, 'shell'), home, env: SHELL });

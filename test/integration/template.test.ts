@@ -5,9 +5,8 @@
  * involved, so it runs once, not per database pass: the handlers of these zips run against one in
  * packaged-bundles.test.ts.
  */
-import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { readFile, rm } from 'node:fs/promises';
 import { isBuiltin } from 'node:module';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CONFIG_DEFAULTS, DATABASE_FAILURE_REPORT_MARGIN_MS } from '../../functions/adapters/config.ts';
@@ -29,6 +28,7 @@ import {
 import {
   type CfnTemplate,
   packageService,
+  packagingWorkDir,
   readZip,
   referencedLogicalId,
   referencedLogicalIds,
@@ -99,9 +99,8 @@ let packageOutput: string;
 const taskDirs = new Map<FunctionKey, string>();
 
 beforeAll(async () => {
-  workDir = await mkdtemp(join(tmpdir(), 'runtime-cleanup-package-'));
-  const home = join(workDir, 'home');
-  await mkdir(home);
+  let home: string;
+  ({ workDir, home } = await packagingWorkDir('package'));
   // Packaged once per run: template-stage-settings.test.ts compares its own packagings with it.
   const packaged = await packageService({
     stage: STAGE,

@@ -10,7 +10,7 @@
  * hangs: killing npm alone would leave osls running as an orphan, still writing into `.esbuild/`.
  */
 import { createHash } from 'node:crypto';
-import { cp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { cp, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { inflateRawSync } from 'node:zlib';
@@ -73,6 +73,28 @@ async function runPackageLocked(
     processGroup: true,
   });
   return { code: run.code, output: `${run.stdout}${run.stderr}` };
+}
+
+/**
+ * The production stage as template-production.test.ts reads it and packaged-bundles.test.ts runs
+ * it, with an alarm subscription: one packaging a run (`oncePerRun`) serves both only if both ask
+ * for exactly these options.
+ */
+export const PRODUCTION_ALARM_SUBSCRIPTION = 'oncall@example.com';
+export const PRODUCTION_PACKAGING = {
+  stage: 'prod',
+  args: ['--param', `alarmSubscription=${PRODUCTION_ALARM_SUBSCRIPTION}`],
+} as const;
+
+/**
+ * A packaging file's temporary folder, with an empty HOME inside it: osls reads and writes its own
+ * state under HOME, which must be neither the user's nor another file's.
+ */
+export async function packagingWorkDir(name: string): Promise<{ workDir: string; home: string }> {
+  const workDir = await mkdtemp(join(tmpdir(), `runtime-cleanup-${name}-`));
+  const home = join(workDir, 'home');
+  await mkdir(home);
+  return { workDir, home };
 }
 
 /**

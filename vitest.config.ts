@@ -114,9 +114,10 @@ export default defineConfig({
     // The long files first, by their recorded durations, so that a run does not end on one of them.
     sequence: { sequencer: LongFilesFirstSequencer },
     // Two for one pass on two cores. Three passes in one run wait more than they compute (SQS
-    // visibility timeouts, backoffs, child processes starting), so six workers fill those waits;
-    // eight overloaded the machine (PostgreSQL's 100 connections ran out).
-    maxWorkers: ALL_PASSES ? 6 : 2,
+    // visibility timeouts, backoffs, child processes starting), so four workers fill those waits.
+    // Six cost more CPU than they saved (a merged run: 489 CPU-s and 408 s with four, 541 CPU-s and
+    // 428 s with six); eight ran PostgreSQL out of its 100 connections.
+    maxWorkers: ALL_PASSES ? 4 : 2,
     testTimeout: 60_000,
     hookTimeout: 120_000,
     reporters: ['default'],

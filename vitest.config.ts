@@ -115,8 +115,8 @@ export default defineConfig({
     sequence: { sequencer: LongFilesFirstSequencer },
     // Two for one pass on two cores. Three passes in one run wait more than they compute (SQS
     // visibility timeouts, backoffs, child processes starting), so four workers fill those waits.
-    // Six cost more CPU than they saved (a merged run: 489 CPU-s and 408 s with four, 541 CPU-s and
-    // 428 s with six); eight ran PostgreSQL out of its 100 connections.
+    // Six bought no time and cost CPU (a fresh-clone `.ci/run`: 473 s and 539 CPU-s with four,
+    // 474 s and 604 CPU-s with six); eight ran PostgreSQL out of its 100 connections.
     maxWorkers: ALL_PASSES ? 4 : 2,
     testTimeout: 60_000,
     hookTimeout: 120_000,

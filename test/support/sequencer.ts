@@ -92,7 +92,8 @@ export default class LongFilesFirstSequencer extends BaseSequencer {
     const groups = new Map<number, TestSpecification[]>();
     for (const spec of sorted) {
       const order = spec.project.config.sequence.groupOrder;
-      groups.set(order, [...(groups.get(order) ?? []), spec]);
+      if (!groups.has(order)) groups.set(order, []);
+      groups.get(order)!.push(spec);
     }
     return [...groups.keys()]
       .sort((a, b) => a - b)

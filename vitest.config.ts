@@ -27,6 +27,7 @@
  * test/fixtures/<name>/<tier>.test.ts: the exit-status check runs the real scripts on a fixture
  * that is known to fail (or to pass) and expects their exit status. Normal runs never include them.
  */
+import { fileURLToPath } from 'node:url';
 import { configDefaults, defineConfig } from 'vitest/config';
 import {
   allPassesRequested,
@@ -38,6 +39,15 @@ import {
 import LongFilesFirstSequencer from './test/support/sequencer.ts';
 import { suiteDriver } from './test/support/suite-driver.ts';
 
+/**
+ * A suite starts some 1,400 Node processes (workers, npm, osls, the commands, sandboxes), most of
+ * them loading the same modules: Node's compile cache keeps their compiled code between them (a
+ * refused `npm run package` 2.5 → 2.2 CPU-s). Set here, in Vitest's main process, so that the
+ * workers and every process they start inherit it; keyed by each file's content, so a changed
+ * source is compiled again. In `.cache/` (gitignored), beside the typecheck's build info.
+ */
+process.env.NODE_COMPILE_CACHE ??= fileURLToPath(new URL('./.cache/node-compile/', import.meta.url));
+
 const DATABASE_SETUP = ['test/support/global-setup.ts'];
 /**
  * The integration and e2e files share their workers' module caches (`isolate: false`): a fresh
@@ -46,13 +56,22 @@ const DATABASE_SETUP = ['test/support/global-setup.ts'];
  * makes its own database, servers and stack and ends them; what it changes in process.env is undone
  * after it (one-file-at-a-time.ts).
  */
-const SHARED_WORKERS = { isolate: false, setupFiles: ['test/support/one-file-at-a-time.ts'] };
+const ALL_PASSES = allPassesRequested();
+/**
+ * In a merged run the chaos tier runs beside the others, which yield the CPU to it
+ * (test/support/cpu-priority.ts): every other tier's workers start with this setup file.
+ */
+const YIELD_CPU = ALL_PASSES ? ['test/support/yield-cpu-setup.ts'] : [];
+const SHARED_WORKERS = {
+  isolate: false,
+  setupFiles: [...YIELD_CPU, 'test/support/one-file-at-a-time.ts'],
+};
+const NO_NETWORK = { setupFiles: [...YIELD_CPU, 'test/support/no-network.ts'] };
 const DATABASE_ENV = { DATABASE_DRIVER: suiteDriver() };
 const fixture = process.env.RUNTIME_CLEANUP_TEST_FIXTURE;
 // `npm run test:tcp` and `npm run test:pgbouncer` leave out what cannot depend on the database path
 // (test/support/driver-passes.ts); `npm test` runs every file.
 const LEFT_OUT_OF_THIS_PASS = [...configDefaults.exclude, ...filesLeftOutOf(databasePass())];
-const ALL_PASSES = allPassesRequested();
 
 function tier(
   name: string,
@@ -80,8 +99,8 @@ function tier(
 export default defineConfig({
   test: {
     projects: [
-      tier('unit', ['test/unit/**/*.test.ts'], { setupFiles: ['test/support/no-network.ts'] }),
-      tier('harness', ['test/harness/**/*.test.ts'], { setupFiles: ['test/support/no-network.ts'] }),
+      tier('unit', ['test/unit/**/*.test.ts'], NO_NETWORK),
+      tier('harness', ['test/harness/**/*.test.ts'], NO_NETWORK),
       tier('integration', ['test/integration/**/*.test.ts'], {
         globalSetup: DATABASE_SETUP,
         env: DATABASE_ENV,
@@ -96,17 +115,19 @@ export default defineConfig({
       }),
       // RUNTIME_CLEANUP_TEST_PASSES=all: the tcp and PgBouncer passes as projects of this run.
       ...(ALL_PASSES ? extraPassProjects() : []),
-      // After the other tiers, on a machine of its own, one file at a time: the chaos suite checks
-      // a convergence bound in seconds, which holds on two cores shared with one engine's 20 runs,
-      // not with every e2e stack of the other tiers (seen: 23 s; run beside them, 32.7 s against
-      // the 26.5 s bound), nor with the second engine of coverage.test.ts: with both at once,
-      // fault-free DELETEs missed their 1 s timeout and each miss kept the scope quarantined 11 s
-      // more (20.7–25.5 s against the bound; one at a time 13–17 s).
+      // The chaos suite checks a convergence bound in seconds, which holds on two cores shared with
+      // one engine's 20 runs, not with every e2e stack of the other tiers at the same priority (seen:
+      // 32.7 s against the 26.5 s bound), nor with the second engine of coverage.test.ts (with both
+      // at once, fault-free DELETEs missed their 1 s timeout and each miss kept the scope
+      // quarantined 11 s more). The engines take turns (test/chaos/engine-lock.ts). Alone, the tier
+      // runs after the others, one file at a time; in a merged run it runs beside them, and they
+      // yield the CPU to it (test/support/cpu-priority.ts): its 90 s no longer end the run.
       tier('chaos', ['test/chaos/**/*.test.ts'], {
         globalSetup: DATABASE_SETUP,
         env: DATABASE_ENV,
-        sequence: { groupOrder: 1 },
-        fileParallelism: false,
+        ...(ALL_PASSES
+          ? { setupFiles: ['test/support/full-cpu-setup.ts'] }
+          : { sequence: { groupOrder: 1 }, fileParallelism: false }),
       }),
       tier('platform', ['test/platform/**/*.test.ts'], { globalSetup: DATABASE_SETUP, env: DATABASE_ENV }),
     ],
@@ -114,10 +135,11 @@ export default defineConfig({
     // The long files first, by their recorded durations, so that a run does not end on one of them.
     sequence: { sequencer: LongFilesFirstSequencer },
     // Two for one pass on two cores. Three passes in one run wait more than they compute (SQS
-    // visibility timeouts, backoffs, child processes starting), so four workers fill those waits.
-    // Six bought no time and cost CPU (a fresh-clone `.ci/run`: 473 s and 539 CPU-s with four,
-    // 474 s and 604 CPU-s with six); eight ran PostgreSQL out of its 100 connections.
-    maxWorkers: ALL_PASSES ? 4 : 2,
+    // visibility timeouts, backoffs, child processes starting), so more workers fill those waits;
+    // with the chaos tier beside the others one of them is its engine, mostly waiting too: five
+    // (a merged run 361.6 s with four, 341.4 s with five; six had bought no time when the chaos
+    // tier ran alone, and eight ran PostgreSQL out of its 100 connections).
+    maxWorkers: ALL_PASSES ? 5 : 2,
     testTimeout: 60_000,
     hookTimeout: 120_000,
     reporters: ['default'],

@@ -13,6 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { commandArgs } from '../support/commands.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 import { runChaos } from './engine.ts';
+import { ENGINE_LOCK_WAIT_MS, oneEngineAtATime } from './engine-lock.ts';
 import { Invariant } from './invariants.ts';
 import { COVERAGE_CYCLE, DEFAULT_MIX, FaultKind } from './plan.ts';
 import { silenceEmptyMetricsWarning } from './quiet.ts';
@@ -60,28 +61,30 @@ beforeAll(async () => {
     };
   });
   try {
-    watchdog = startChaosWatchdog('chaos.test.ts', 240_000);
-    result = await runChaos({
-      seed: SEED,
-      // The coverage cycle, in two waves (the random runs are the CLI's business).
-      runs: COVERAGE_CYCLE.length,
-      concurrency: Math.ceil(COVERAGE_CYCLE.length / 2),
-      databaseUrl: url.toString(),
-      driver: t.driver,
-      wsProxy: t.wsProxy,
-      dataDir,
-      stormWorkerArgs: commandArgs('termination-storm-child'),
-      onStage: watchdog.onStage,
-      onProgress: watchdog.onProgress,
-      coverage: true,
-      mix: { ...DEFAULT_MIX, maxFaultWindowMs: 2_500 },
-      logLevel: 'INFO',
-      // Reclaimer hook (issue 13): leak injection and invariant GC.
-      reclaim: {
-        onReport: (report) => {
-          reclaimReport = report;
+    result = await oneEngineAtATime(() => {
+      watchdog = startChaosWatchdog('chaos.test.ts', 240_000);
+      return runChaos({
+        seed: SEED,
+        // The coverage cycle, in two waves (the random runs are the CLI's business).
+        runs: COVERAGE_CYCLE.length,
+        concurrency: Math.ceil(COVERAGE_CYCLE.length / 2),
+        databaseUrl: url.toString(),
+        driver: t.driver,
+        wsProxy: t.wsProxy,
+        dataDir,
+        stormWorkerArgs: commandArgs('termination-storm-child'),
+        onStage: watchdog.onStage,
+        onProgress: watchdog.onProgress,
+        coverage: true,
+        mix: { ...DEFAULT_MIX, maxFaultWindowMs: 2_500 },
+        logLevel: 'INFO',
+        // Reclaimer hook (issue 13): leak injection and invariant GC.
+        reclaim: {
+          onReport: (report) => {
+            reclaimReport = report;
+          },
         },
-      },
+      });
     });
   } finally {
     watchdog?.stop();
@@ -89,7 +92,7 @@ beforeAll(async () => {
     restoreStderr();
   }
   await writeReport(result, RESULTS_DIR, 'fixed-seed');
-}, 300_000);
+}, ENGINE_LOCK_WAIT_MS + 300_000);
 
 afterAll(async () => {
   await t?.drop();

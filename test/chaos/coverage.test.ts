@@ -14,6 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { commandArgs } from '../support/commands.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 import { runChaos } from './engine.ts';
+import { ENGINE_LOCK_WAIT_MS, oneEngineAtATime } from './engine-lock.ts';
 import { COVERAGE_CYCLE, DEFAULT_MIX, FaultKind } from './plan.ts';
 import { silenceEmptyMetricsWarning } from './quiet.ts';
 import type { ChaosResult } from './result.ts';
@@ -31,22 +32,24 @@ beforeAll(async () => {
   dataDir = await mkdtemp(join(tmpdir(), 'runtime-cleanup-coverage-test-'));
   const restoreStderr = silenceEmptyMetricsWarning();
   try {
-    watchdog = startChaosWatchdog('coverage.test.ts', 240_000);
-    result = await runChaos({
-      seed: SEED,
-      runs: COVERAGE_CYCLE.length,
-      concurrency: Math.ceil(COVERAGE_CYCLE.length / 2),
-      databaseUrl: t.url,
-      driver: t.driver,
-      wsProxy: t.wsProxy,
-      dataDir,
-      stormWorkerArgs: commandArgs('termination-storm-child'),
-      onStage: watchdog.onStage,
-      onProgress: watchdog.onProgress,
-      coverage: true,
-      mix: { ...DEFAULT_MIX, forcedWindowMs: 0 },
-      // The reclaimer's fault kinds are in the cycle: they need it running beside the protocol.
-      reclaim: { onReport: () => {} },
+    result = await oneEngineAtATime(() => {
+      watchdog = startChaosWatchdog('coverage.test.ts', 240_000);
+      return runChaos({
+        seed: SEED,
+        runs: COVERAGE_CYCLE.length,
+        concurrency: Math.ceil(COVERAGE_CYCLE.length / 2),
+        databaseUrl: t.url,
+        driver: t.driver,
+        wsProxy: t.wsProxy,
+        dataDir,
+        stormWorkerArgs: commandArgs('termination-storm-child'),
+        onStage: watchdog.onStage,
+        onProgress: watchdog.onProgress,
+        coverage: true,
+        mix: { ...DEFAULT_MIX, forcedWindowMs: 0 },
+        // The reclaimer's fault kinds are in the cycle: they need it running beside the protocol.
+        reclaim: { onReport: () => {} },
+      });
     });
   } finally {
     watchdog?.stop();
@@ -54,7 +57,7 @@ beforeAll(async () => {
   }
   // As chaos.test.ts: a bound for a harness that hangs, not a measure of speed. Each forced kind
   // waits for its trigger up to its own deadline; on a loaded two-core machine the run took 180 s.
-}, 300_000);
+}, ENGINE_LOCK_WAIT_MS + 300_000);
 
 afterAll(async () => {
   await t?.drop();

@@ -46,6 +46,37 @@ describe('scheduleLongFirst', () => {
     expect(new Set(order).size).toBe(33);
   });
 
+  it('starts the copies of one file (its database passes) apart, other long files and short ones between them', () => {
+    const copy = (item: string, seconds: number): ScheduledFile<string> => ({
+      item,
+      seconds,
+      lock: undefined,
+      path: 'test/e2e/demo.test.ts',
+    });
+    const order = scheduleLongFirst(
+      [
+        copy('demo', 50),
+        copy('demo-tcp', 50),
+        copy('demo-pgbouncer', 50),
+        file('packaging', 40),
+        file('other', 30),
+        ...Array.from({ length: 40 }, (_, index) => file(`s${index}`, 1)),
+      ],
+      3,
+    );
+    // One demo at 0, beside the other long files; the third worker fills with short files until
+    // the first demo ends at 50 s, after `other` (30 s) and `packaging` (40 s) on the others.
+    expect(order.slice(0, 3)).toEqual(['demo', 'packaging', 'other']);
+    expect(order.indexOf('demo-tcp')).toBeGreaterThan(order.indexOf('s9'));
+    expect(order.indexOf('demo-pgbouncer')).toBeGreaterThan(order.indexOf('demo-tcp'));
+    expect(new Set(order).size).toBe(45);
+  });
+
+  it('still starts copies side by side when nothing else is left to run', () => {
+    const copies = ['a', 'b'].map((item) => ({ item, seconds: 30, lock: undefined, path: 'same.test.ts' }));
+    expect(scheduleLongFirst(copies, 2)).toEqual(['a', 'b']);
+  });
+
   it('waits for the lock when nothing else is left to run', () => {
     expect(scheduleLongFirst([file('a', 30, 'packaging'), file('b', 20, 'packaging')], 4)).toEqual([
       'a',

@@ -19,6 +19,7 @@ import { startDatabaseBridge } from '../../infra/local/db-bridge.ts';
 import { type EmbeddedPostgresHandle, startEmbeddedPostgres } from '../../infra/local/embedded-postgres.ts';
 import { isLocalStackError } from '../../infra/local/errors.ts';
 import { migrate } from '../../infra/migrate.ts';
+import { engineLockDir } from '../chaos/engine-lock.ts';
 import { buildCommandBundles, type CommandBundles } from './command-bundles.ts';
 import { TEST_CONNECT_TIMEOUT_MS } from './connect-bound.ts';
 import { packageCacheDir } from './packaged-template.ts';
@@ -169,6 +170,9 @@ async function startServer(): Promise<StartedServer> {
     await step(() => admin.end());
     await step(removeBundles);
     await step(() => rm(packageCacheDir(process.pid), { recursive: true, force: true }));
+    for (const dir of [engineLockDir(process.pid), `${engineLockDir(process.pid)}.queue`]) {
+      await step(() => rm(dir, { recursive: true, force: true }));
+    }
     await step(async () => (await pooler?.catch(() => undefined))?.stop());
     await step(() => bridge.close());
     if (embedded) await step(() => embedded.stop());

@@ -66,6 +66,8 @@ async function runPackageLocked(
   options: { env?: Record<string, string>; home: string },
 ): Promise<PackageRun> {
   const env: Record<string, string> = { PATH: process.env.PATH ?? '', HOME: options.home, ...options.env };
+  // Node's compile cache of the run (vitest.config.ts): how fast osls starts, not what it packages.
+  if (process.env.NODE_COMPILE_CACHE) env.NODE_COMPILE_CACHE = process.env.NODE_COMPILE_CACHE;
   const run = await runChild('npm', ['run', '--silent', 'package', '--', ...args], {
     cwd: PROJECT_ROOT,
     env,

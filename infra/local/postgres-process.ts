@@ -92,6 +92,8 @@ export async function initCluster(input: {
   user: string;
   password: string;
   identity: ProcessIdentity;
+  /** Whether initdb syncs the new cluster to disk before it returns (its default). */
+  sync: boolean;
 }): Promise<void> {
   const passwordFile = join(input.clusterDir, `.pwfile-${process.pid}`);
   // initdb reads it as the postgres user; the password is the local clusters' fixed one.
@@ -106,6 +108,7 @@ export async function initCluster(input: {
         `--pwfile=${passwordFile}`,
         '--locale=C',
         '--encoding=UTF8',
+        ...(input.sync ? [] : ['--no-sync']),
       ],
       input.clusterDir,
       input.identity,

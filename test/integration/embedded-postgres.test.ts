@@ -161,6 +161,7 @@ describe('starting fails with the reason, never by waiting forever', () => {
         user: 'postgres',
         password: 'x',
         identity,
+        sync: false,
       });
       await expect(failure).rejects.toThrow(/^initdb failed \(exit status 1\): .*exists but is not empty/);
     } finally {

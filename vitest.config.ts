@@ -13,7 +13,7 @@
  *   platform's does (test/platform/fastapi-provisioner/app.py), and the Python examples of
  *   docs/adopting.md (examples/python/). It needs Debian's python3-fastapi, python3-uvicorn,
  *   python3-boto3 and python3-psycopg2, which a new clone may lack: `npm test` leaves it out,
- *   `.ci/run` installs them and runs `npm run test:platform` after the other tiers.
+ *   `.ci/run` installs them and runs `npm run test:platform` beside `npm test`.
  *
  * All but unit share one PostgreSQL per run (test/support/global-setup.ts), and one driver:
  * DATABASE_DRIVER, else neon (test/support/suite-driver.ts), set in their workers' environment so
@@ -27,8 +27,8 @@
  * test/fixtures/<name>/<tier>.test.ts: the exit-status check runs the real scripts on a fixture
  * that is known to fail (or to pass) and expects their exit status. Normal runs never include them.
  */
-import { fileURLToPath } from 'node:url';
 import { configDefaults, defineConfig } from 'vitest/config';
+import { compileCacheDir } from './test/support/compile-cache.ts';
 import {
   allPassesRequested,
   DatabasePass,
@@ -43,10 +43,10 @@ import { suiteDriver } from './test/support/suite-driver.ts';
  * A suite starts some 1,400 Node processes (workers, npm, osls, the commands, sandboxes), most of
  * them loading the same modules: Node's compile cache keeps their compiled code between them (a
  * refused `npm run package` 2.5 → 2.2 CPU-s). Set here, in Vitest's main process, so that the
- * workers and every process they start inherit it; keyed by each file's content, so a changed
- * source is compiled again. In `.cache/` (gitignored), beside the typecheck's build info.
+ * workers and every process they start inherit it; a changed source is compiled again. In
+ * `.cache/` (gitignored), beside the typecheck's build info, pruned (test/support/compile-cache.ts).
  */
-process.env.NODE_COMPILE_CACHE ??= fileURLToPath(new URL('./.cache/node-compile/', import.meta.url));
+process.env.NODE_COMPILE_CACHE ??= compileCacheDir();
 
 const DATABASE_SETUP = ['test/support/global-setup.ts'];
 /**

@@ -9,6 +9,7 @@
  * killed if the test process exits first.
  */
 import { spawn } from 'node:child_process';
+import { yieldSessionOf } from './cpu-priority.ts';
 
 export interface ChildRun {
   code: number | null;
@@ -37,6 +38,8 @@ export function runChild(
       detached: options.processGroup === true,
     });
     const group = options.processGroup === true ? child.pid : undefined;
+    // Its own session: it must yield the CPU as this process does (cpu-priority.ts).
+    if (group !== undefined) yieldSessionOf(group);
     const kill = (): void => {
       if (group !== undefined) killGroup(group);
       else child.kill('SIGKILL');

@@ -11,14 +11,53 @@
  *
  * Raising one's own niceness needs no privilege; lowering it back does, so a worker never tries.
  */
+import { readdirSync, writeFileSync } from 'node:fs';
 import { getPriority, setPriority } from 'node:os';
 
 /** CFS weight 110 against 1024 at nice 0: under contention the engine gets about nine tenths. */
 export const YIELDING_NICENESS = 10;
 
-/** Setup of the tiers that yield: idempotent, Vitest loads it again for each test file. */
-export function yieldCpu(): void {
-  if (getPriority() < YIELDING_NICENESS) setPriority(YIELDING_NICENESS);
+/**
+ * Setup of the tiers that yield: idempotent, Vitest loads it again for each test file. On Linux a
+ * priority is a thread's, and `setPriority(n)` sets the calling thread's alone: the worker's other
+ * threads (V8's compiler and GC helpers, libuv's pool, started before this file ran) are set one by
+ * one. Threads started later inherit it from the thread that starts them.
+ */
+export function yieldCpu(niceness: number = YIELDING_NICENESS): void {
+  if (getPriority() < niceness) setPriority(niceness);
+  for (const thread of threadsOfThisProcess()) {
+    try {
+      if (getPriority(thread) < niceness) setPriority(thread, niceness);
+    } catch {
+      // The thread ended meanwhile.
+    }
+  }
+}
+
+function threadsOfThisProcess(): number[] {
+  try {
+    return readdirSync('/proc/self/task').map(Number);
+  } catch {
+    return []; // Not Linux: the process's priority is all there is.
+  }
+}
+
+/**
+ * A child started in a session of its own (`setsid`: test/support/child-process.ts's process
+ * groups, such as `npm run package`) yields too. With the kernel's autogroup scheduling (on by
+ * default on desktop and many server kernels), CPU is shared between sessions first and by nice
+ * only within one: a new session at the autogroup's nice 0 would weigh as much as the whole Vitest
+ * run, chaos engine included, whatever its processes' own nice. Its autogroup gets this process's
+ * yielding nice; raising it needs no privilege. Without autogroup (or off Linux) there is nothing to
+ * set and the child's inherited nice already holds.
+ */
+export function yieldSessionOf(pid: number, niceness: number = YIELDING_NICENESS): void {
+  if (getPriority() < niceness) return;
+  try {
+    writeFileSync(`/proc/${pid}/autogroup`, String(niceness));
+  } catch {
+    // No autogroup here, or the child is gone already.
+  }
 }
 
 /**

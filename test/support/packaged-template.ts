@@ -48,9 +48,10 @@ export interface PackageRun {
 }
 
 /**
- * `npm run package -- <args>` in a bare environment: PATH and an empty HOME only, so no AWS
- * credentials, profile, region or `~/.aws`, and none of the developer's configuration variables,
- * the way a fresh clone on CI sees it. `env` adds what a test means to pass.
+ * `npm run package -- <args>` in a bare environment: PATH and an empty HOME (and the run's Node
+ * compile cache) only, so no AWS credentials, profile, region or `~/.aws`, and none of the
+ * developer's configuration variables, the way a fresh clone on CI sees it. `env` adds what a test
+ * means to pass.
  */
 export async function runPackage(
   args: string[],
@@ -65,9 +66,13 @@ async function runPackageLocked(
   args: string[],
   options: { env?: Record<string, string>; home: string },
 ): Promise<PackageRun> {
-  const env: Record<string, string> = { PATH: process.env.PATH ?? '', HOME: options.home, ...options.env };
-  // Node's compile cache of the run (vitest.config.ts): how fast osls starts, not what it packages.
-  if (process.env.NODE_COMPILE_CACHE) env.NODE_COMPILE_CACHE = process.env.NODE_COMPILE_CACHE;
+  const env: Record<string, string> = {
+    PATH: process.env.PATH ?? '',
+    HOME: options.home,
+    // Node's compile cache of the run (vitest.config.ts): how fast osls starts, not what it packages.
+    ...(process.env.NODE_COMPILE_CACHE ? { NODE_COMPILE_CACHE: process.env.NODE_COMPILE_CACHE } : {}),
+    ...options.env,
+  };
   const run = await runChild('npm', ['run', '--silent', 'package', '--', ...args], {
     cwd: PROJECT_ROOT,
     env,
@@ -78,9 +83,10 @@ async function runPackageLocked(
 }
 
 /**
- * The production stage as template-production.test.ts reads it and packaged-bundles.test.ts runs
- * it, with an alarm subscription: one packaging a run (`oncePerRun`) serves both only if both ask
- * for exactly these options.
+ * The production stage as template-production.test.ts reads it, packaged-bundles.test.ts runs it
+ * and template-local.test.ts compares it with a serverless.yml without the local stage, with an
+ * alarm subscription: one packaging a run (`oncePerRun`) serves them only if they ask for exactly
+ * these options.
  */
 export const PRODUCTION_ALARM_SUBSCRIPTION = 'oncall@example.com';
 export const PRODUCTION_PACKAGING = {
@@ -111,7 +117,7 @@ export function packageCacheDir(mainPid: number = process.ppid): string {
  * A packaging of this checkout with these options, once per test run: files that read the same
  * stage's artifact share one packaging of the same commit and options (the ci stage:
  * template.test.ts, template-stage-settings.test.ts and packaged-bundles.test.ts; the prod stage:
- * template-production.test.ts and packaged-bundles.test.ts, which runs in each database pass). Taken under the lock, so a second asker waits
+ * template-production.test.ts, template-local.test.ts and packaged-bundles.test.ts, which runs in each database pass). Taken under the lock, so a second asker waits
  * for the first packaging and copies it.
  */
 async function packageOnce(

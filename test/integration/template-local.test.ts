@@ -18,6 +18,7 @@ import {
   comparableTemplate,
   differingArtifacts,
   type PackagedService,
+  PRODUCTION_PACKAGING,
   PROJECT_ROOT,
   packageService,
   packagingWorkDir,
@@ -44,16 +45,19 @@ async function writeBaselineConfig(): Promise<void> {
 beforeAll(async () => {
   ({ workDir, home } = await packagingWorkDir('local-stage'));
   await writeBaselineConfig();
-  for (const [name, stage, args] of [
-    ['local', 'local', []],
-    ['dev', 'dev', []],
-    ['dev-baseline', 'dev', ['--config', BASELINE_CONFIG]],
-    ['prod', 'prod', []],
-    ['prod-baseline', 'prod', ['--config', BASELINE_CONFIG]],
+  // prod as template-production.test.ts packages it (one packaging a run serves both), and its
+  // baseline with the same options.
+  const production = PRODUCTION_PACKAGING.args;
+  for (const [name, stage, args, oncePerRun] of [
+    ['local', 'local', [], false],
+    ['dev', 'dev', [], false],
+    ['dev-baseline', 'dev', ['--config', BASELINE_CONFIG], false],
+    ['prod', PRODUCTION_PACKAGING.stage, production, true],
+    ['prod-baseline', PRODUCTION_PACKAGING.stage, [...production, '--config', BASELINE_CONFIG], false],
   ] as const) {
     packaged.set(
       name,
-      await packageService({ stage, outputDir: join(workDir, name), home, args: [...args] }),
+      await packageService({ stage, outputDir: join(workDir, name), home, args: [...args], oncePerRun }),
     );
   }
 }, 400_000);

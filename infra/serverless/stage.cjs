@@ -167,22 +167,53 @@ function endpointUrl(name, value) {
   return url.origin;
 }
 
+/** The params a stage's settings are made of, each resolved once (the rest shape nothing here). */
+function paramsRead() {
+  return [
+    ...Object.keys(projectFacts().CONFIG_DEFAULTS),
+    'LOG_LEVEL',
+    'DATABASE_DRIVER',
+    'architecture',
+    'vpcSubnetIds',
+    'vpcSecurityGroupIds',
+    'provisionerToken',
+    'awsEndpointUrl',
+    'alarmSubscription',
+  ];
+}
+
 /**
+ * What osls hands a `${file(…)}` function, read into plain values for `settingsOf`: the names
+ * are checked before any value is resolved.
+ *
  * @param {{ resolveVariable: (variable: string) => Promise<unknown>, options: { param?: string[] } }} osls
- *   what osls hands a `${file(…)}` function
  */
 async function stageSettings({ resolveVariable, options }) {
-  const param = async (name) => {
-    const value = await resolveVariable(`param:${name}, null`);
-    return value === null ? undefined : value;
-  };
   assertKnownNames(await resolveVariable('self:params, null'), options?.param);
   const stage = await resolveVariable('sls:stage');
+  const params = {};
+  for (const name of paramsRead()) {
+    const value = await resolveVariable(`param:${name}, null`);
+    if (value !== null && value !== undefined) params[name] = value;
+  }
+  return settingsOf(stage, params);
+}
+
+/**
+ * A stage's settings from its resolved params (a name → value map, unset ones absent), or the
+ * first rule one of them breaks, as a StageParamError or the functions' own configuration error.
+ * Pure: the rules are tested on it directly (test/unit/stage-settings.test.ts), and through osls
+ * in test/integration/template-stage-settings.test.ts.
+ *
+ * @param {string} stage
+ * @param {Record<string, unknown>} params
+ */
+function settingsOf(stage, params) {
   const { CONFIG_DEFAULTS } = projectFacts();
   const configured = {};
   for (const name of Object.keys(CONFIG_DEFAULTS)) {
-    const value = await param(name);
-    if (value !== undefined && value !== '') configured[name] = String(value);
+    const value = params[name];
+    if (value !== undefined && value !== null && value !== '') configured[name] = String(value);
   }
   // The functions' own rules (config.ts), so a value that would stop them at cold start stops
   // packaging instead, with the same line: `NAME="value" is invalid: <rule>`.
@@ -190,16 +221,21 @@ async function stageSettings({ resolveVariable, options }) {
   return {
     stage,
     config,
-    logLevel: oneOf('LOG_LEVEL', (await param('LOG_LEVEL')) ?? 'INFO', LOG_LEVELS),
-    databaseDriver: oneOf('DATABASE_DRIVER', await param('DATABASE_DRIVER'), DATABASE_DRIVERS, {
-      optional: true,
-    }),
-    architecture: oneOf('architecture', (await param('architecture')) ?? 'arm64', ARCHITECTURES),
-    privateNetwork: privateNetwork(await param('vpcSubnetIds'), await param('vpcSecurityGroupIds')),
-    provisionerToken: booleanParam('provisionerToken', await param('provisionerToken')),
-    awsEndpointUrl: endpointUrl('awsEndpointUrl', await param('awsEndpointUrl')),
-    alarmSubscription: (await param('alarmSubscription')) ?? '',
+    logLevel: oneOf('LOG_LEVEL', params.LOG_LEVEL ?? 'INFO', LOG_LEVELS),
+    databaseDriver: oneOf('DATABASE_DRIVER', params.DATABASE_DRIVER, DATABASE_DRIVERS, { optional: true }),
+    architecture: oneOf('architecture', params.architecture ?? 'arm64', ARCHITECTURES),
+    privateNetwork: privateNetwork(params.vpcSubnetIds, params.vpcSecurityGroupIds),
+    provisionerToken: booleanParam('provisionerToken', params.provisionerToken),
+    awsEndpointUrl: endpointUrl('awsEndpointUrl', params.awsEndpointUrl),
+    alarmSubscription: params.alarmSubscription ?? '',
   };
 }
 
-module.exports = { stageSettings, StageParamError, INFRASTRUCTURE_PARAMS, idList };
+module.exports = {
+  stageSettings,
+  settingsOf,
+  assertKnownNames,
+  StageParamError,
+  INFRASTRUCTURE_PARAMS,
+  idList,
+};

@@ -167,19 +167,12 @@ function endpointUrl(name, value) {
   return url.origin;
 }
 
-/** The params a stage's settings are made of, each resolved once (the rest shape nothing here). */
+/**
+ * The params a stage's settings are made of: every name a stage may set (knownParams, the one list
+ * the names are checked against), but `region`, which osls reads itself (`provider.region`).
+ */
 function paramsRead() {
-  return [
-    ...Object.keys(projectFacts().CONFIG_DEFAULTS),
-    'LOG_LEVEL',
-    'DATABASE_DRIVER',
-    'architecture',
-    'vpcSubnetIds',
-    'vpcSecurityGroupIds',
-    'provisionerToken',
-    'awsEndpointUrl',
-    'alarmSubscription',
-  ];
+  return [...knownParams()].filter((name) => name !== 'region');
 }
 
 /**

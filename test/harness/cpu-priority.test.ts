@@ -4,7 +4,7 @@
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { getPriority, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { compileCacheDir } from '../support/compile-cache.ts';
@@ -22,12 +22,16 @@ function inChild<T>(body: string): T {
 }
 
 const linux = existsSync('/proc/self/task');
+// One step below the inherited priority must exist: under `nice -n 19` there is none.
+const canYieldFurther = getPriority() < 19;
 
 // The child yields one step below whatever it inherited (a merged run's harness worker yields
 // already, and a process cannot take back a priority it gave up), so the change is seen either way.
 describe('yieldCpu', () => {
-  it.runIf(linux)('lowers every thread of the process, not only the one that calls it', () => {
-    const { before, after, target } = inChild<{ before: number[]; after: number[]; target: number }>(`
+  it.runIf(linux && canYieldFurther)(
+    'lowers every thread of the process, not only the one that calls it',
+    () => {
+      const { before, after, target } = inChild<{ before: number[]; after: number[]; target: number }>(`
       import { readdirSync } from 'node:fs';
       import { getPriority } from 'node:os';
       const threads = () => readdirSync('/proc/self/task').map((id) => getPriority(Number(id)));
@@ -36,11 +40,12 @@ describe('yieldCpu', () => {
       cpu.yieldCpu(target);
       console.log(JSON.stringify({ before, after: threads(), target }));
     `);
-    // Node runs several threads (V8's helpers, libuv's): the test sees them all.
-    expect(after.length).toBeGreaterThan(1);
-    expect(before.every((nice) => nice < target)).toBe(true);
-    expect(after).toEqual(after.map(() => target));
-  });
+      // Node runs several threads (V8's helpers, libuv's): the test sees them all.
+      expect(after.length).toBeGreaterThan(1);
+      expect(before.every((nice) => nice < target)).toBe(true);
+      expect(after).toEqual(after.map(() => target));
+    },
+  );
 });
 
 describe('yieldSessionOf', () => {
@@ -57,7 +62,7 @@ describe('yieldSessionOf', () => {
       const target = getPriority() + 1;
       cpu.yieldCpu(target);
       const sleeper = spawn('sleep', ['30'], { detached: true, stdio: 'ignore' });
-      cpu.yieldSessionOf(sleeper.pid, target);
+      await cpu.yieldSessionOf(sleeper.pid, target);
       const read = (pid) => readFileSync('/proc/' + pid + '/autogroup', 'utf8').trim();
       const result = { own: read(process.pid), child: read(sleeper.pid), target };
       process.kill(sleeper.pid, 'SIGKILL');

@@ -39,7 +39,7 @@ export function runChild(
     });
     const group = options.processGroup === true ? child.pid : undefined;
     // Its own session: it must yield the CPU as this process does (cpu-priority.ts).
-    if (group !== undefined) yieldSessionOf(group);
+    if (group !== undefined) void yieldSessionOf(group);
     const kill = (): void => {
       if (group !== undefined) killGroup(group);
       else child.kill('SIGKILL');

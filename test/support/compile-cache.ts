@@ -14,7 +14,14 @@ const ENTRY_LIMIT = 25_000;
 
 /** The cache folder, emptied first if it holds more than `limit` entries. */
 export function compileCacheDir(dir: string = COMPILE_CACHE_DIR, limit: number = ENTRY_LIMIT): string {
-  if (countEntries(dir) > limit) rmSync(dir, { recursive: true, force: true });
+  if (countEntries(dir) > limit) {
+    try {
+      rmSync(dir, { recursive: true, force: true });
+    } catch {
+      // Another run of this checkout writing into it, or not ours to remove: a cache too large is
+      // no reason to stop a run; the next one prunes it.
+    }
+  }
   return dir;
 }
 

@@ -13,6 +13,7 @@
  */
 import { readdirSync, writeFileSync } from 'node:fs';
 import { getPriority, setPriority } from 'node:os';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 /** CFS weight 110 against 1024 at nice 0: under contention the engine gets about nine tenths. */
 export const YIELDING_NICENESS = 10;
@@ -51,14 +52,25 @@ function threadsOfThisProcess(): number[] {
  * yielding nice; raising it needs no privilege. Without autogroup (or off Linux) there is nothing to
  * set and the child's inherited nice already holds.
  */
-export function yieldSessionOf(pid: number, niceness: number = YIELDING_NICENESS): void {
+export async function yieldSessionOf(pid: number, niceness: number = YIELDING_NICENESS): Promise<void> {
   if (getPriority() < niceness) return;
-  try {
-    writeFileSync(`/proc/${pid}/autogroup`, String(niceness));
-  } catch {
-    // No autogroup here, or the child is gone already.
+  for (let attempt = 1; ; attempt += 1) {
+    try {
+      writeFileSync(`/proc/${pid}/autogroup`, String(niceness));
+      return;
+    } catch (error) {
+      // Without CAP_SYS_ADMIN the kernel takes one autogroup nice every 100 ms, machine-wide:
+      // another worker's child may have had it a moment ago. Anything else (no autogroup here, the
+      // child gone already) leaves nothing to set.
+      const busy = (error as NodeJS.ErrnoException).code === 'EAGAIN';
+      if (!busy || attempt >= AUTOGROUP_ATTEMPTS) return;
+      await sleep(AUTOGROUP_RETRY_MS);
+    }
   }
 }
+
+const AUTOGROUP_ATTEMPTS = 10;
+const AUTOGROUP_RETRY_MS = 110;
 
 /**
  * Setup of the chaos tier: its worker must run at the priority of the Vitest run that started it.

@@ -10,10 +10,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { commandArgs } from '../support/commands.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
-import { runChaos } from './engine.ts';
-import { ENGINE_LOCK_WAIT_MS, oneEngineAtATime } from './engine-lock.ts';
+import { ENGINE_LOCK_WAIT_MS, runCoverageCycleInTurn } from './engine-lock.ts';
 import { Invariant } from './invariants.ts';
 import { COVERAGE_CYCLE, DEFAULT_MIX, FaultKind } from './plan.ts';
 import { silenceEmptyMetricsWarning } from './quiet.ts';
@@ -21,7 +19,6 @@ import type { ReclaimChaosReport } from './reclaim-chaos.ts';
 import { writeReport } from './report.ts';
 import type { ChaosResult } from './result.ts';
 import { CONVERGENCE_BOUND_MS } from './settings.ts';
-import { type ChaosWatchdog, startChaosWatchdog } from './watchdog.ts';
 
 const RESULTS_DIR = fileURLToPath(new URL('./results/', import.meta.url));
 const SEED = 20261130;
@@ -29,7 +26,6 @@ const SEED = 20261130;
 let t: TestDatabase;
 let dataDir: string;
 let result: ChaosResult;
-let watchdog: ChaosWatchdog | undefined;
 const logLines: string[] = [];
 let secret: string;
 let reclaimReport: ReclaimChaosReport | undefined;
@@ -61,33 +57,22 @@ beforeAll(async () => {
     };
   });
   try {
-    result = await oneEngineAtATime(() => {
-      watchdog = startChaosWatchdog('chaos.test.ts', 240_000);
-      return runChaos({
-        seed: SEED,
-        // The coverage cycle, in two waves (the random runs are the CLI's business).
-        runs: COVERAGE_CYCLE.length,
-        concurrency: Math.ceil(COVERAGE_CYCLE.length / 2),
-        databaseUrl: url.toString(),
-        driver: t.driver,
-        wsProxy: t.wsProxy,
-        dataDir,
-        stormWorkerArgs: commandArgs('termination-storm-child'),
-        onStage: watchdog.onStage,
-        onProgress: watchdog.onProgress,
-        coverage: true,
-        mix: { ...DEFAULT_MIX, maxFaultWindowMs: 2_500 },
-        logLevel: 'INFO',
-        // Reclaimer hook (issue 13): leak injection and invariant GC.
-        reclaim: {
-          onReport: (report) => {
-            reclaimReport = report;
-          },
+    result = await runCoverageCycleInTurn('chaos.test.ts', {
+      seed: SEED,
+      databaseUrl: url.toString(),
+      driver: t.driver,
+      wsProxy: t.wsProxy,
+      dataDir,
+      mix: { ...DEFAULT_MIX, maxFaultWindowMs: 2_500 },
+      logLevel: 'INFO',
+      // Reclaimer hook (issue 13): leak injection and invariant GC.
+      reclaim: {
+        onReport: (report) => {
+          reclaimReport = report;
         },
-      });
+      },
     });
   } finally {
-    watchdog?.stop();
     for (const undo of restore) undo();
     restoreStderr();
   }

@@ -11,48 +11,34 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { commandArgs } from '../support/commands.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
-import { runChaos } from './engine.ts';
-import { ENGINE_LOCK_WAIT_MS, oneEngineAtATime } from './engine-lock.ts';
+import { ENGINE_LOCK_WAIT_MS, runCoverageCycleInTurn } from './engine-lock.ts';
 import { COVERAGE_CYCLE, DEFAULT_MIX, FaultKind } from './plan.ts';
 import { silenceEmptyMetricsWarning } from './quiet.ts';
 import type { ChaosResult } from './result.ts';
-import { type ChaosWatchdog, startChaosWatchdog } from './watchdog.ts';
 
 const SEED = 20261201;
 
 let t: TestDatabase;
 let dataDir: string;
 let result: ChaosResult;
-let watchdog: ChaosWatchdog | undefined;
 
 beforeAll(async () => {
   t = await createTestDatabase();
   dataDir = await mkdtemp(join(tmpdir(), 'runtime-cleanup-coverage-test-'));
   const restoreStderr = silenceEmptyMetricsWarning();
   try {
-    result = await oneEngineAtATime(() => {
-      watchdog = startChaosWatchdog('coverage.test.ts', 240_000);
-      return runChaos({
-        seed: SEED,
-        runs: COVERAGE_CYCLE.length,
-        concurrency: Math.ceil(COVERAGE_CYCLE.length / 2),
-        databaseUrl: t.url,
-        driver: t.driver,
-        wsProxy: t.wsProxy,
-        dataDir,
-        stormWorkerArgs: commandArgs('termination-storm-child'),
-        onStage: watchdog.onStage,
-        onProgress: watchdog.onProgress,
-        coverage: true,
-        mix: { ...DEFAULT_MIX, forcedWindowMs: 0 },
-        // The reclaimer's fault kinds are in the cycle: they need it running beside the protocol.
-        reclaim: { onReport: () => {} },
-      });
+    result = await runCoverageCycleInTurn('coverage.test.ts', {
+      seed: SEED,
+      databaseUrl: t.url,
+      driver: t.driver,
+      wsProxy: t.wsProxy,
+      dataDir,
+      mix: { ...DEFAULT_MIX, forcedWindowMs: 0 },
+      // The reclaimer's fault kinds are in the cycle: they need it running beside the protocol.
+      reclaim: { onReport: () => {} },
     });
   } finally {
-    watchdog?.stop();
     restoreStderr();
   }
   // As chaos.test.ts: a bound for a harness that hangs, not a measure of speed. Each forced kind

@@ -9,7 +9,12 @@
  */
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { commandArgs } from '../support/commands.ts';
 import { withFileLock } from '../support/file-lock.ts';
+import { type ChaosOptions, runChaos } from './engine.ts';
+import { COVERAGE_CYCLE } from './plan.ts';
+import type { ChaosResult } from './result.ts';
+import { startChaosWatchdog } from './watchdog.ts';
 
 /** Longer than an engine's run on a loaded machine (coverage.test.ts once took 180 s). */
 export const ENGINE_LOCK_WAIT_MS = 240_000;
@@ -24,4 +29,37 @@ export function engineLockDir(mainPid: number = process.ppid): string {
 
 export function oneEngineAtATime<T>(work: () => Promise<T>): Promise<T> {
   return withFileLock(engineLockDir(), work, { waitMs: ENGINE_LOCK_WAIT_MS });
+}
+
+/** How long an engine of the suite may go without finishing a stage before its watchdog reports it. */
+const ENGINE_OVERDUE_MS = 240_000;
+
+/**
+ * The coverage cycle of `npm test`'s chaos files (chaos.test.ts, coverage.test.ts): every forced
+ * kind once, in two waves, the random runs being the CLI's business; the engine in its turn and
+ * under its watchdog. `options` is what the file tests on top: its seed, its fault mix, its logs.
+ */
+export function runCoverageCycleInTurn(
+  file: string,
+  options: Omit<
+    ChaosOptions,
+    'runs' | 'concurrency' | 'coverage' | 'stormWorkerArgs' | 'onStage' | 'onProgress'
+  >,
+): Promise<ChaosResult> {
+  return oneEngineAtATime(async () => {
+    const watchdog = startChaosWatchdog(file, ENGINE_OVERDUE_MS);
+    try {
+      return await runChaos({
+        ...options,
+        runs: COVERAGE_CYCLE.length,
+        concurrency: Math.ceil(COVERAGE_CYCLE.length / 2),
+        coverage: true,
+        stormWorkerArgs: commandArgs('termination-storm-child'),
+        onStage: watchdog.onStage,
+        onProgress: watchdog.onProgress,
+      });
+    } finally {
+      watchdog.stop();
+    }
+  });
 }

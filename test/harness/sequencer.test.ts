@@ -95,7 +95,9 @@ describe('scheduleLongFirst', () => {
 
   it('knows the packaging lock and the chaos engine lock by the calls that take them', () => {
     expect(FILE_LONG_LOCKS.packaging?.test('const packaged = await packageService({')).toBe(true);
-    expect(FILE_LONG_LOCKS.chaosEngine?.test('result = await oneEngineAtATime(() => {')).toBe(true);
+    expect(
+      FILE_LONG_LOCKS.chaosEngine?.test("result = await runCoverageCycleInTurn('chaos.test.ts', {"),
+    ).toBe(true);
     expect(LONG_FILE_SECONDS).toBeGreaterThan(0);
   });
 });

@@ -39,7 +39,7 @@ const UNRECORDED_FILE_SECONDS = 2;
 export const FILE_LONG_LOCKS: Readonly<Record<string, RegExp>> = {
   packaging: /\bpackageService\(/,
   // The chaos engines of a merged run (test/chaos/engine-lock.ts).
-  chaosEngine: /\boneEngineAtATime\(/,
+  chaosEngine: /\brunCoverageCycleInTurn\(/,
 };
 
 export interface ScheduledFile<T> {

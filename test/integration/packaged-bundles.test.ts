@@ -20,7 +20,12 @@ import {
   unpackForLambda,
   withPlainDatabaseUrl,
 } from '../support/lambda-task.ts';
-import { PRODUCTION_PACKAGING, packageService, packagingWorkDir } from '../support/packaged-template.ts';
+import {
+  PRODUCTION_PACKAGING,
+  packageProduction,
+  packageService,
+  packagingWorkDir,
+} from '../support/packaged-template.ts';
 import { type LocalSsm, startLocalSsm } from '../support/ssm-server.ts';
 import { TemplateQueries } from '../support/template-queries.ts';
 
@@ -43,13 +48,7 @@ let ssm: LocalSsm;
 beforeAll(async () => {
   let home: string;
   ({ workDir, home } = await packagingWorkDir('bundles'));
-  const packaged = await packageService({
-    ...PRODUCTION_PACKAGING,
-    args: [...PRODUCTION_PACKAGING.args],
-    outputDir: join(workDir, 'package'),
-    home,
-    oncePerRun: true,
-  });
+  const packaged = await packageProduction({ outputDir: join(workDir, 'package'), home });
   cfn = new TemplateQueries(packaged.template, {
     service: 'runtime-cleanup',
     stage: STAGE,

@@ -20,6 +20,7 @@ import {
   type PackagedService,
   PRODUCTION_PACKAGING,
   PROJECT_ROOT,
+  packageProduction,
   packageService,
   packagingWorkDir,
 } from '../support/packaged-template.ts';
@@ -45,21 +46,23 @@ async function writeBaselineConfig(): Promise<void> {
 beforeAll(async () => {
   ({ workDir, home } = await packagingWorkDir('local-stage'));
   await writeBaselineConfig();
-  // prod as template-production.test.ts packages it (one packaging a run serves both), and its
-  // baseline with the same options.
-  const production = PRODUCTION_PACKAGING.args;
-  for (const [name, stage, args, oncePerRun] of [
-    ['local', 'local', [], false],
-    ['dev', 'dev', [], false],
-    ['dev-baseline', 'dev', ['--config', BASELINE_CONFIG], false],
-    ['prod', PRODUCTION_PACKAGING.stage, production, true],
-    ['prod-baseline', PRODUCTION_PACKAGING.stage, [...production, '--config', BASELINE_CONFIG], false],
+  for (const [name, stage, args] of [
+    ['local', 'local', []],
+    ['dev', 'dev', []],
+    ['dev-baseline', 'dev', ['--config', BASELINE_CONFIG]],
+    // prod's baseline with the production options: prod itself is template-production.test.ts's.
+    [
+      'prod-baseline',
+      PRODUCTION_PACKAGING.stage,
+      [...PRODUCTION_PACKAGING.args, '--config', BASELINE_CONFIG],
+    ],
   ] as const) {
     packaged.set(
       name,
-      await packageService({ stage, outputDir: join(workDir, name), home, args: [...args], oncePerRun }),
+      await packageService({ stage, outputDir: join(workDir, name), home, args: [...args] }),
     );
   }
+  packaged.set('prod', await packageProduction({ outputDir: join(workDir, 'prod'), home }));
 }, 400_000);
 
 afterAll(async () => {

@@ -18,7 +18,7 @@ import {
   PRODUCTION_ALARM_SUBSCRIPTION,
   PRODUCTION_PACKAGING,
   PROJECT_ROOT,
-  packageService,
+  packageProduction,
   packagingWorkDir,
   readZip,
   referencedLogicalId,
@@ -50,14 +50,8 @@ const bundles = new Map<FunctionKey, string>();
 
 beforeAll(async () => {
   ({ workDir, home } = await packagingWorkDir('production'));
-  const packaged = await packageService({
-    ...PRODUCTION_PACKAGING,
-    args: [...PRODUCTION_PACKAGING.args],
-    outputDir: join(workDir, 'package'),
-    home,
-    // Packaged once per run: packaged-bundles.test.ts (every database pass) runs these same zips.
-    oncePerRun: true,
-  });
+  // Packaged once per run: packaged-bundles.test.ts (every database pass) runs these same zips.
+  const packaged = await packageProduction({ outputDir: join(workDir, 'package'), home });
   template = packaged.template;
   for (const key of FUNCTION_KEYS) {
     const entries = await readZip(packaged.artifacts.get(key)!);

@@ -85,14 +85,26 @@ async function runPackageLocked(
 /**
  * The production stage as template-production.test.ts reads it, packaged-bundles.test.ts runs it
  * and template-local.test.ts compares it with a serverless.yml without the local stage, with an
- * alarm subscription: one packaging a run (`oncePerRun`) serves them only if they ask for exactly
- * these options.
+ * alarm subscription (packageProduction).
  */
 export const PRODUCTION_ALARM_SUBSCRIPTION = 'oncall@example.com';
 export const PRODUCTION_PACKAGING = {
   stage: 'prod',
   args: ['--param', `alarmSubscription=${PRODUCTION_ALARM_SUBSCRIPTION}`],
 } as const;
+
+/**
+ * The production stage packaged with PRODUCTION_PACKAGING's options, once per run: the one call the
+ * files that share it make, so that none can ask for other options and miss the shared packaging.
+ */
+export function packageProduction(options: { outputDir: string; home: string }): Promise<PackagedService> {
+  return packageService({
+    stage: PRODUCTION_PACKAGING.stage,
+    args: [...PRODUCTION_PACKAGING.args],
+    ...options,
+    oncePerRun: true,
+  });
+}
 
 /**
  * A packaging file's temporary folder, with an empty HOME inside it: osls reads and writes its own
@@ -116,9 +128,10 @@ export function packageCacheDir(mainPid: number = process.ppid): string {
 /**
  * A packaging of this checkout with these options, once per test run: files that read the same
  * stage's artifact share one packaging of the same commit and options (the ci stage:
- * template.test.ts, template-stage-settings.test.ts and packaged-bundles.test.ts; the prod stage:
- * template-production.test.ts, template-local.test.ts and packaged-bundles.test.ts, which runs in each database pass). Taken under the lock, so a second asker waits
- * for the first packaging and copies it.
+ * template.test.ts, template-stage-settings.test.ts and packaged-bundles.test.ts; the prod stage,
+ * packageProduction: template-production.test.ts, template-local.test.ts and
+ * packaged-bundles.test.ts, which runs in each database pass). Taken under the lock, so a second
+ * asker waits for the first packaging and copies it.
  */
 async function packageOnce(
   args: string[],

@@ -75,6 +75,30 @@ describe('yieldSessionOf', () => {
   );
 });
 
+describe('assertFullCpuPriority (the chaos tier’s setup)', () => {
+  it.runIf(canYieldFurther)(
+    'passes at the priority of the process that started it, and refuses one below it',
+    () => {
+      const { before, after } = inChild<{ before: string; after: string }>(`
+      import { getPriority } from 'node:os';
+      const outcome = () => {
+        try {
+          cpu.assertFullCpuPriority();
+          return 'passed';
+        } catch (error) {
+          return error.message;
+        }
+      };
+      const before = outcome();
+      cpu.yieldCpu(getPriority() + 1);
+      console.log(JSON.stringify({ before, after: outcome() }));
+    `);
+      expect(before).toBe('passed');
+      expect(after).toMatch(/^the chaos tier's worker runs at nice \d+, below its Vitest run's \d+/);
+    },
+  );
+});
+
 describe('compileCacheDir', () => {
   function cacheWith(entries: number): string {
     const dir = mkdtempSync(join(tmpdir(), 'rc-compile-cache-'));

@@ -13,6 +13,8 @@ import {
   databasePass,
   EXTRA_PASSES,
   filesLeftOutOf,
+  OWN_DRIVER_FILES,
+  type OwnDriverFile,
   POOLER_PASS_ALSO_LEAVES_OUT,
 } from '../support/driver-passes.ts';
 
@@ -33,6 +35,55 @@ function entryPointsIn(source: string, allowInject: boolean): string[] {
   if (!allowInject && INJECT_DATABASE.test(source)) found.push(String(INJECT_DATABASE));
   return found;
 }
+
+/** A test file's top-level blocks (at the start of a line): what `.each` iterates over, and the title. */
+function topLevelBlocks(source: string): Array<{ each: string | null; title: string }> {
+  const block = /^(?:describe|it|test)(?:\.each\(([^)]*)\))?\(\s*(['"`])((?:(?!\2).)*)\2/gm;
+  return [...source.matchAll(block)].map((match) => ({ each: match[1] ?? null, title: match[3]! }));
+}
+
+/** Why a file does not choose each test's driver itself: the blocks that neither iterate nor name one. */
+function blocksOnTheSuiteDriver(source: string, file: OwnDriverFile): string[] {
+  const blocks = topLevelBlocks(source);
+  if (!blocks.some((block) => block.each === 'DATABASE_DRIVERS'))
+    return ['no describe.each(DATABASE_DRIVERS)'];
+  return blocks
+    .filter((block) => block.each !== 'DATABASE_DRIVERS' && !/\b(neon|tcp|driver)\b/.test(block.title))
+    .filter((block) => !(block.title in (file.blocks ?? {})))
+    .map((block) => block.title);
+}
+
+describe('the files that choose their tests’ driver themselves (the tcp pass leaves them out)', () => {
+  it('iterate over the drivers or name one in every top-level block; an own-server file opens no test database', () => {
+    for (const [file, entry] of Object.entries(OWN_DRIVER_FILES)) {
+      expect(existsSync(`${ROOT}${file}`), file).toBe(true);
+      expect(entry.reason.length, file).toBeGreaterThan(10);
+      expect(file in DRIVER_FREE_FILES, file).toBe(false);
+      const source = readFileSync(`${ROOT}${file}`, 'utf8');
+      expect(blocksOnTheSuiteDriver(source, entry), file).toEqual([]);
+      // An exception names a block that is there, with its reason.
+      const titles = topLevelBlocks(source).map((block) => block.title);
+      for (const [title, why] of Object.entries(entry.blocks ?? {})) {
+        expect(titles, file).toContain(title);
+        expect(why.length, `${file}: ${title}`).toBeGreaterThan(10);
+      }
+      if (entry.ownServer) expect(entryPointsIn(source, true), file).toEqual([]);
+    }
+  });
+
+  it('the scan sees a file with a block on the suite’s driver, or none over each driver (the control)', () => {
+    const roundTrips = readFileSync(`${ROOT}test/integration/phase-round-trips.test.ts`, 'utf8');
+    expect(blocksOnTheSuiteDriver(roundTrips, { reason: '' })).toEqual([
+      'the benchmark’s lock-hold clock, on a database with its instrumented copies',
+    ]);
+    const finalize = readFileSync(`${ROOT}test/integration/finalize.test.ts`, 'utf8');
+    expect(blocksOnTheSuiteDriver(finalize, { reason: '' })).toEqual(['no describe.each(DATABASE_DRIVERS)']);
+    // A multi-line title is read as the block's title.
+    expect(
+      topLevelBlocks("describe.each(DATABASE_DRIVERS)(\n  'over the %s driver: x',\n  (d) => {})"),
+    ).toEqual([{ each: 'DATABASE_DRIVERS', title: 'over the %s driver: x' }]);
+  });
+});
 
 describe('the files the database passes leave out', () => {
   it('exist, and open no test database (a child-only use is named as such)', () => {
@@ -57,12 +108,19 @@ describe('the files the database passes leave out', () => {
     }
   });
 
-  it('npm test leaves nothing out; the tcp pass the driver-free files; the pooler pass the bundles too', () => {
+  it('npm test leaves nothing out; the tcp pass the driver-free and own-driver files; the pooler pass the driver-free, own-server and bundle files', () => {
     expect(filesLeftOutOf(databasePass({}))).toEqual([]);
     const driver = filesLeftOutOf(databasePass({ RUNTIME_CLEANUP_TEST_PASS: 'driver' }));
-    expect(driver).toEqual(Object.keys(DRIVER_FREE_FILES));
+    expect(driver).toEqual([...Object.keys(DRIVER_FREE_FILES), ...Object.keys(OWN_DRIVER_FILES)]);
     const pooler = filesLeftOutOf(databasePass({ RUNTIME_CLEANUP_TEST_PASS: DatabasePass.POOLER }));
-    expect(pooler).toEqual([...driver, ...Object.keys(POOLER_PASS_ALSO_LEAVES_OUT)]);
+    expect(pooler).toEqual([
+      ...Object.keys(DRIVER_FREE_FILES),
+      'test/integration/database-no-password.test.ts',
+      'test/integration/database-url-secret.test.ts',
+      ...Object.keys(POOLER_PASS_ALSO_LEAVES_OUT),
+    ]);
+    // A file that reaches the suite's database runs behind the pooler, whoever picks its driver.
+    expect(pooler).not.toContain('test/integration/database-survival.test.ts');
     expect(() => databasePass({ RUNTIME_CLEANUP_TEST_PASS: 'tcp' })).toThrow(
       /must be "driver", "pooler" or unset/,
     );

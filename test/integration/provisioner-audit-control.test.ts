@@ -179,34 +179,69 @@ describe('stopping', () => {
   });
 
   it('the CLI stops on SIGTERM and takes its sandboxes with it', async () => {
-    const cliRoot = join(rootDir, 'cli');
-    const cli = spawn(process.execPath, commandArgs('provisioner', ['--root', cliRoot]), {
-      cwd: REPO_ROOT,
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
-    const exited = once(cli, 'exit');
+    const cli = await startProvisionerCli('cli-term');
     try {
-      const lines = createInterface({ input: cli.stdout });
-      const [firstLine] = (await once(lines, 'line')) as [string];
-      const url = /listening on (\S+)/.exec(firstLine)?.[1];
-      expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
-      const created = await request(`${url}/api/sandboxes`, {
-        method: 'POST',
-        body: JSON.stringify({ sandbox_id: 'cli-run', thread_id: 't', user_id: 'u' }),
-      });
-      expect(created.statusCode).toBe(201);
-      await created.body.dump();
-      const listing = await request(`${url}/_control/sandboxes`);
-      const [sandbox] = (await listing.body.json()) as Array<{ pid: number }>;
-      expect(isProcessAlive(sandbox!.pid)).toBe(true);
+      const pid = await sandboxOf(cli.url);
+      expect(isProcessAlive(pid)).toBe(true);
 
-      cli.kill('SIGTERM');
-      const [code] = await exited;
+      cli.child.kill('SIGTERM');
+      const [code] = await cli.exited;
 
       expect(code).toBe(0);
-      expect(isProcessAlive(sandbox!.pid)).toBe(false);
+      expect(isProcessAlive(pid)).toBe(false);
     } finally {
-      if (cli.exitCode === null && cli.signalCode === null) cli.kill('SIGKILL');
+      cli.stop();
+    }
+  });
+
+  it('a sandbox outlives no provisioner, not even one killed with SIGKILL (no handler runs)', async () => {
+    const cli = await startProvisionerCli('cli-kill');
+    try {
+      const pid = await sandboxOf(cli.url);
+      expect(isProcessAlive(pid)).toBe(true);
+
+      cli.child.kill('SIGKILL');
+      await cli.exited;
+
+      // The sandbox waits on a pipe only the provisioner held: its end closed with the process.
+      await eventually(() => !isProcessAlive(pid), 'the orphaned sandbox to exit');
+    } finally {
+      cli.stop();
     }
   });
 });
+
+/** `npm run provisioner`'s program as a child process, listening; `stop` kills it if still running. */
+async function startProvisionerCli(name: string) {
+  const child = spawn(process.execPath, commandArgs('provisioner', ['--root', join(rootDir, name)]), {
+    cwd: REPO_ROOT,
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const exited = once(child, 'exit');
+  const stop = () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  };
+  try {
+    const lines = createInterface({ input: child.stdout! });
+    const [firstLine] = (await once(lines, 'line')) as [string];
+    const url = /listening on (\S+)/.exec(firstLine)?.[1];
+    expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    return { child, exited, stop, url: url! };
+  } catch (error) {
+    stop();
+    throw error;
+  }
+}
+
+/** Creates one sandbox through the CLI's API; its pid, from the control API. */
+async function sandboxOf(url: string): Promise<number> {
+  const created = await request(`${url}/api/sandboxes`, {
+    method: 'POST',
+    body: JSON.stringify({ sandbox_id: 'cli-run', thread_id: 't', user_id: 'u' }),
+  });
+  expect(created.statusCode).toBe(201);
+  await created.body.dump();
+  const listing = await request(`${url}/_control/sandboxes`);
+  const [sandbox] = (await listing.body.json()) as Array<{ pid: number }>;
+  return sandbox!.pid;
+}

@@ -4,11 +4,12 @@
  * outcome cannot depend on it. Running those again proves nothing new and cost about a minute and
  * a half of each pass on two cores, so they run once, in `npm test`.
  *
- * A file is here only if it never opens the test database: the harness test
+ * DRIVER_FREE_FILES holds a file only if it never opens the test database: the harness test
  * test/harness/driver-passes.test.ts fails if a listed file calls one of the database entry points
  * of test/support (createTestDatabase, the database, provisioner and stack fixtures,
- * startTestStack, inject('database')), except where `childrenOnly` says why. A file that is not
- * listed runs in every pass: forgetting to list one costs time, never coverage.
+ * startTestStack, inject('database')), except where `childrenOnly` says why. OWN_DRIVER_FILES
+ * holds the files that pick each test's driver themselves. A file that is not listed runs in every
+ * pass: forgetting to list one costs time, never coverage.
  */
 
 export interface DriverFreeFile {
@@ -67,6 +68,43 @@ export const DRIVER_FREE_FILES: Readonly<Record<string, DriverFreeFile>> = {
 };
 
 /**
+ * Files that choose the driver of each of their database tests themselves: every top-level block is
+ * `describe.each(DATABASE_DRIVERS)`, or names the one driver it is about, or is listed in `blocks`
+ * with why the suite's driver cannot reach it. The tcp pass changes nothing but the suite's
+ * default driver, so it would run each of their tests once more over the same driver; it leaves
+ * them out. The pooler pass runs them unless `ownServer`: their tests reach only PostgreSQL servers
+ * they start themselves, which no pooler stands in front of. test/harness/driver-passes.test.ts
+ * checks the blocks, and that an `ownServer` file opens no test database.
+ */
+export interface OwnDriverFile {
+  reason: string;
+  /** Top-level blocks that neither iterate over the drivers nor name one, each with why. */
+  blocks?: Readonly<Record<string, string>>;
+  ownServer?: boolean;
+}
+
+export const OWN_DRIVER_FILES: Readonly<Record<string, OwnDriverFile>> = {
+  'test/integration/database-survival.test.ts': {
+    reason: 'terminated backends, silent connects and statements: each test over the driver it names',
+  },
+  'test/integration/database-tcp.test.ts': {
+    reason: 'the tcp driver’s TLS and URL files, and connection failures over each driver',
+  },
+  'test/integration/database-no-password.test.ts': {
+    reason: 'a URL without a password against its own SCRAM server, over each driver',
+    ownServer: true,
+  },
+  'test/integration/database-url-secret.test.ts': {
+    reason: 'the URL from SSM against its own SCRAM server, over each driver',
+    ownServer: true,
+    blocks: {
+      'the local commands':
+        'refused before any connect, its one command given DATABASE_DRIVER=neon and a bridge that is not there',
+    },
+  },
+};
+
+/**
  * The packaged bundles run against the test database over both drivers (the default pass and the
  * tcp pass); behind the pooler they would prove only the handlers' database path, which the
  * handlers' own tests prove there.
@@ -93,9 +131,14 @@ export function databasePass(
 export function filesLeftOutOf(pass: DatabasePass | null): string[] {
   if (pass === null) return [];
   const driverFree = Object.keys(DRIVER_FREE_FILES);
+  const ownDriver = Object.entries(OWN_DRIVER_FILES);
   return pass === DatabasePass.POOLER
-    ? [...driverFree, ...Object.keys(POOLER_PASS_ALSO_LEAVES_OUT)]
-    : driverFree;
+    ? [
+        ...driverFree,
+        ...ownDriver.filter(([, file]) => file.ownServer === true).map(([path]) => path),
+        ...Object.keys(POOLER_PASS_ALSO_LEAVES_OUT),
+      ]
+    : [...driverFree, ...ownDriver.map(([path]) => path)];
 }
 
 /**

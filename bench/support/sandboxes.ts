@@ -4,7 +4,7 @@ import type { AuditEntry, LocalProvisioner } from '../../infra/local/provisioner
 
 /**
  * Waits until every sandbox process has written its `ready` file (infra/local/provisioner/sandboxes.ts),
- * so no child is still booting — about 40 ms of CPU each — when a measurement starts.
+ * so no child is still starting when a measurement starts.
  */
 export async function waitForSandboxesReady(
   provisioner: LocalProvisioner,

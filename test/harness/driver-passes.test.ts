@@ -36,21 +36,39 @@ function entryPointsIn(source: string, allowInject: boolean): string[] {
   return found;
 }
 
+/** A top-level block the scan can read: `describe`, `it` or `test`, maybe `.each(<list>)`, then a plain title. */
+const READABLE_BLOCK = /^(?:describe|it|test)(?:\.each\(([^)]*)\))?\(\s*(['"`])((?:(?!\2).)*)\2/;
+/** Whatever opens a top-level block, with any modifiers (`.skipIf(…)`, `.concurrent`, `.for`…). */
+const BLOCK_START = /^(?:describe|it|test)\b.*$/gm;
+/** What reads the pass's own driver or path: a file that does is about the pass, and runs in each. */
+const READS_THE_PASS = /\bsuiteDriver\(|process\.env\.DATABASE_(?:DRIVER|POOLER)\b/;
+
+type Block = { each: string | null; title: string } | { unreadable: string };
+
 /** A test file's top-level blocks (at the start of a line): what `.each` iterates over, and the title. */
-function topLevelBlocks(source: string): Array<{ each: string | null; title: string }> {
-  const block = /^(?:describe|it|test)(?:\.each\(([^)]*)\))?\(\s*(['"`])((?:(?!\2).)*)\2/gm;
-  return [...source.matchAll(block)].map((match) => ({ each: match[1] ?? null, title: match[3]! }));
+function topLevelBlocks(source: string): Block[] {
+  return [...source.matchAll(BLOCK_START)].map((start) => {
+    const match = READABLE_BLOCK.exec(source.slice(start.index));
+    // A modifier the scan does not know, or a title built at run time, is not read as anything.
+    if (!match || match[3]!.includes('${')) return { unreadable: start[0] };
+    return { each: match[1] ?? null, title: match[3]! };
+  });
 }
 
-/** Why a file does not choose each test's driver itself: the blocks that neither iterate nor name one. */
+/** Why a file does not choose each test's driver itself: each block that neither iterates nor names one. */
 function blocksOnTheSuiteDriver(source: string, file: OwnDriverFile): string[] {
   const blocks = topLevelBlocks(source);
-  if (!blocks.some((block) => block.each === 'DATABASE_DRIVERS'))
-    return ['no describe.each(DATABASE_DRIVERS)'];
-  return blocks
-    .filter((block) => block.each !== 'DATABASE_DRIVERS' && !/\b(neon|tcp|driver)\b/.test(block.title))
-    .filter((block) => !(block.title in (file.blocks ?? {})))
-    .map((block) => block.title);
+  const found: string[] = [];
+  if (!blocks.some((block) => 'each' in block && block.each === 'DATABASE_DRIVERS'))
+    found.push('no describe.each(DATABASE_DRIVERS)');
+  for (const block of blocks) {
+    if ('unreadable' in block) found.push(`unreadable: ${block.unreadable}`);
+    else if (block.each === 'DATABASE_DRIVERS' || /\b(neon|tcp) driver\b/.test(block.title)) continue;
+    else if (!(block.title in (file.blocks ?? {}))) found.push(block.title);
+  }
+  const reads = READS_THE_PASS.exec(source);
+  if (reads) found.push(`reads the pass's own path: ${reads[0]}`);
+  return found;
 }
 
 describe('the files that choose their tests’ driver themselves (the tcp pass leaves them out)', () => {
@@ -62,12 +80,17 @@ describe('the files that choose their tests’ driver themselves (the tcp pass l
       const source = readFileSync(`${ROOT}${file}`, 'utf8');
       expect(blocksOnTheSuiteDriver(source, entry), file).toEqual([]);
       // An exception names a block that is there, with its reason.
-      const titles = topLevelBlocks(source).map((block) => block.title);
+      const titles = topLevelBlocks(source).flatMap((block) => ('title' in block ? [block.title] : []));
       for (const [title, why] of Object.entries(entry.blocks ?? {})) {
         expect(titles, file).toContain(title);
         expect(why.length, `${file}: ${title}`).toBeGreaterThan(10);
       }
-      if (entry.ownServer) expect(entryPointsIn(source, true), file).toEqual([]);
+      // Of the suite's database an own-server file may read the bridge's address and the driver
+      // of its setup, never where the suite's database or its pooler is.
+      if (entry.ownServer) {
+        expect(entryPointsIn(source, true), file).toEqual([]);
+        expect(source, file).not.toMatch(/\b(adminUrl|poolerPort)\b/);
+      }
     }
   });
 
@@ -77,7 +100,29 @@ describe('the files that choose their tests’ driver themselves (the tcp pass l
       'the benchmark’s lock-hold clock, on a database with its instrumented copies',
     ]);
     const finalize = readFileSync(`${ROOT}test/integration/finalize.test.ts`, 'utf8');
-    expect(blocksOnTheSuiteDriver(finalize, { reason: '' })).toEqual(['no describe.each(DATABASE_DRIVERS)']);
+    expect(blocksOnTheSuiteDriver(finalize, { reason: '' })).toContain('no describe.each(DATABASE_DRIVERS)');
+    // pooler.test.ts iterates over the drivers too, but one of its blocks checks the pass's own driver.
+    const pooler = readFileSync(`${ROOT}test/integration/pooler.test.ts`, 'utf8');
+    expect(blocksOnTheSuiteDriver(pooler, { reason: '' })).toEqual([
+      "is the path and driver this project's environment names (a pass merged into one run must not run direct)",
+      "reads the pass's own path: process.env.DATABASE_POOLER",
+    ]);
+    // The word alone is no driver's name; a modifier or a title made at run time is not read at all.
+    const file = (...blocks: string[]) =>
+      blocksOnTheSuiteDriver(
+        ["describe.each(DATABASE_DRIVERS)('over the %s driver', () => {});", ...blocks].join('\n'),
+        {
+          reason: '',
+        },
+      );
+    expect(file("it('the suite driver is used', () => {});")).toEqual(['the suite driver is used']);
+    expect(file("it('over the tcp driver: x', () => {});")).toEqual([]);
+    expect(file("describe.concurrent('over the tcp driver', () => {});")).toEqual([
+      "unreadable: describe.concurrent('over the tcp driver', () => {});",
+    ]);
+    expect(file("describe.skipIf(x)('over the tcp driver', () => {});")).toHaveLength(1);
+    expect(file(`describe(\`over the \${driver} driver\`, () => {});`)).toHaveLength(1);
+    expect(file("describe.each(DATABASE_DRIVERS.slice(1))('over the %s driver', () => {});")).toHaveLength(1);
     // A multi-line title is read as the block's title.
     expect(
       topLevelBlocks("describe.each(DATABASE_DRIVERS)(\n  'over the %s driver: x',\n  (d) => {})"),

@@ -3,7 +3,6 @@
  * processes that serialises `npm run package`, and the process-group kill that leaves no orphan
  * behind a hung run.
  */
-import { readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -11,6 +10,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { runChild } from '../support/child-process.ts';
 import { withFileLock } from '../support/file-lock.ts';
+import { isRunning } from '../support/processes.ts';
 
 let dir: string;
 beforeEach(async () => {
@@ -19,16 +19,6 @@ beforeEach(async () => {
 afterEach(async () => {
   await rm(dir, { recursive: true, force: true });
 });
-
-/** Running, as /proc sees it: a killed process whose parent has not reaped it yet is a zombie (Z). */
-function isAlive(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
-  } catch {
-    return false;
-  }
-}
 
 describe('withFileLock', () => {
   it('lets one holder in at a time', async () => {
@@ -144,7 +134,7 @@ describe('runChild with processGroup', () => {
     expect(run.code).toBeNull();
     const grandchild = Number((await readFile(join(dir, 'grandchild.pid'), 'utf8')).trim());
     // SIGKILL is delivered at once; the kernel needs a moment to take it down.
-    for (let i = 0; i < 50 && isAlive(grandchild); i += 1) await sleep(20);
-    expect(isAlive(grandchild)).toBe(false);
+    for (let i = 0; i < 50 && isRunning(grandchild); i += 1) await sleep(20);
+    expect(isRunning(grandchild)).toBe(false);
   });
 });

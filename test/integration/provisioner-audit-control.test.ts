@@ -9,6 +9,7 @@ import { request } from 'undici';
 import { describe, expect, it } from 'vitest';
 import { type AuditEntry, isProcessAlive, startProvisioner } from '../../infra/local/provisioner/server.ts';
 import { commandArgs } from '../support/commands.ts';
+import { isRunning } from '../support/processes.ts';
 import {
   call,
   createSandbox,
@@ -203,8 +204,9 @@ describe('stopping', () => {
       cli.child.kill('SIGKILL');
       await cli.exited;
 
-      // The sandbox waits on a pipe only the provisioner held: its end closed with the process.
-      await eventually(() => !isProcessAlive(pid), 'the orphaned sandbox to exit');
+      // The sandbox waits on a pipe only the provisioner held: its end closed with the process. An
+      // exited orphan stays a zombie until its new parent reaps it, which is not the sandbox's doing.
+      await eventually(() => !isRunning(pid), 'the orphaned sandbox to exit');
     } finally {
       cli.stop();
     }

@@ -162,8 +162,8 @@ describe('sandbox lifecycle', () => {
     extraProvisioners.push(stubborn);
     await createSandbox('run-1', stubborn);
     const sandbox = stubborn.sandbox('run-1')!;
-    // Until its SIGTERM handler is installed (it then writes `ready`), SIGTERM would kill it outright.
-    await eventually(() => existsSync(join(sandbox.dir, 'ready')), 'the sandbox to install its handler');
+    // Until its trap ignores SIGTERM (it then writes `ready`), SIGTERM would kill it outright.
+    await eventually(() => existsSync(join(sandbox.dir, 'ready')), 'the sandbox to install its trap');
 
     const started = performance.now();
     const deleted = await call('DELETE', sandboxPath('run-1', 1), { base: stubborn });

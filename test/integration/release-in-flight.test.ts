@@ -136,7 +136,7 @@ describe('the delete-in-flight record after a release attempt', () => {
   it('covers a delete the provisioner carries out after the release gave up on it', async () => {
     const run = await provisionedRootRun(fixture.t.db, slowToDelete);
     const command = await commandFor(run);
-    // Until its SIGTERM handler is installed (it then writes `ready`), SIGTERM would kill it outright.
+    // Until its trap ignores SIGTERM (it then writes `ready`), SIGTERM would kill it outright.
     await eventually('the sandbox ignoring SIGTERM', async () => existsSync(join(run.dir, 'ready')));
 
     // The sandbox ignores SIGTERM: the delete takes 2.5 s at the provisioner; the client waits 1 s.

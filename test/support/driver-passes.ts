@@ -69,12 +69,14 @@ export const DRIVER_FREE_FILES: Readonly<Record<string, DriverFreeFile>> = {
 
 /**
  * Files that choose the driver of each of their database tests themselves: every top-level block is
- * `describe.each(DATABASE_DRIVERS)`, or names the one driver it is about, or is listed in `blocks`
- * with why the suite's driver cannot reach it. The tcp pass changes nothing but the suite's
- * default driver, so it would run each of their tests once more over the same driver; it leaves
- * them out. The pooler pass runs them unless `ownServer`: their tests reach only PostgreSQL servers
- * they start themselves, which no pooler stands in front of. test/harness/driver-passes.test.ts
- * checks the blocks, and that an `ownServer` file opens no test database.
+ * `describe.each(DATABASE_DRIVERS)`, or names the one driver it is about ("the tcp driver …"), or
+ * is listed in `blocks` with why the suite's driver cannot reach it, and nothing in them reads the
+ * pass's own driver or path. The tcp pass changes nothing but the suite's default driver, so it
+ * would run each of their tests once more over the same driver; it leaves them out. The pooler
+ * pass runs them unless `ownServer`: their tests reach a PostgreSQL they start themselves (or the
+ * machine's, by DATABASE_URL), never the suite's database nor its PgBouncer.
+ * test/harness/driver-passes.test.ts checks the blocks, and that an `ownServer` file opens no
+ * test database and never reads where it or its pooler is.
  */
 export interface OwnDriverFile {
   reason: string;
@@ -89,6 +91,10 @@ export const OWN_DRIVER_FILES: Readonly<Record<string, OwnDriverFile>> = {
   },
   'test/integration/database-tcp.test.ts': {
     reason: 'the tcp driver’s TLS and URL files, and connection failures over each driver',
+    blocks: {
+      'the driver a caller names is the one that connects':
+        'its one test opens the suite’s URL over tcp and over neon, each named, with a bridge that is not there',
+    },
   },
   'test/integration/database-no-password.test.ts': {
     reason: 'a URL without a password against its own SCRAM server, over each driver',

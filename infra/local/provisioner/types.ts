@@ -1,8 +1,8 @@
 /*
  * Glossary of the local provisioner.
  *
- * - sandbox: a real child process (`node -e …`) with its own work directory under the root
- *   directory. It stands in for the platform's remote sandbox.
+ * - sandbox: a real child process (a shell waiting on its stdin) with its own work directory
+ *   under the root directory. It stands in for the platform's remote sandbox.
  * - sandbox id: the caller's name for a sandbox; any string. Never used as a path: the work
  *   directory gets a safe name derived from it (see `sandboxDirectoryName`).
  * - generation: a counter per sandbox id, 1 for the first sandbox ever created under that id

@@ -299,26 +299,6 @@ describe('the connection budget', () => {
     expect(total).toBeLessThanOrEqual(max);
   });
 
-  it('refuses to package, naming each share, when the functions could open more than DATABASE_MAX_CONNECTIONS', async () => {
-    const total = connectionBudget(CONFIG_DEFAULTS.DATABASE_MAX_CONNECTIONS).total;
-    const run = await runPackage(
-      [
-        '--stage',
-        STAGE,
-        '--package',
-        join(workDir, 'over-budget'),
-        '--param',
-        `DATABASE_MAX_CONNECTIONS=${total - 1}`,
-      ],
-      { home },
-    );
-    expect(run.code).not.toBe(0);
-    expect(run.output).toContain(
-      `DATABASE_MAX_CONNECTIONS="${total - 1}" is invalid: must be at least what the functions can open together`,
-    );
-    expect(run.output).toContain(`= ${total}`);
-  });
-
   it('is reported by `ops check-config`, which fails the same way', async () => {
     const ops = (env: Record<string, string>) =>
       runChild('npm', ['run', '--silent', 'ops', '--', 'check-config'], {

@@ -144,6 +144,10 @@ describe('npm run package', () => {
     }
   });
 
+  // One refusal of the timeout ladder through the real `npm run package`: its every rule, the
+  // connection budget's too, is held on the function that decides them (test/unit/timeout-ladder.test.ts),
+  // and a param's rules on theirs (test/unit/stage-settings.test.ts, with one refusal of each kind
+  // through osls in template-stage-settings.test.ts).
   it('refuses to package a release timeout that does not outlive SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS', async () => {
     const run = await runPackage(
       [
@@ -160,40 +164,6 @@ describe('npm run package', () => {
     expect(run.output).toContain(
       `functions.release.timeoutSeconds (${FUNCTION_DEFINITIONS.release.timeoutSeconds}) must be at least SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS`,
     );
-  });
-
-  it('refuses database timeouts that a hung database would make outlive a consumer’s deadline', async () => {
-    const run = await runPackage(
-      [
-        '--stage',
-        STAGE,
-        '--package',
-        join(workDir, 'refused-database'),
-        '--param',
-        'DATABASE_QUERY_TIMEOUT_MS=40000',
-      ],
-      { home: join(workDir, 'home') },
-    );
-    expect(run.code).not.toBe(0);
-    expect(run.output).toContain(
-      `functions.fenceCheck.timeoutSeconds (${FUNCTION_DEFINITIONS.fenceCheck.timeoutSeconds}) must be at least DATABASE_CONNECT_TIMEOUT_MS + DATABASE_QUERY_TIMEOUT_MS + the report margin (50 s)`,
-    );
-  });
-
-  it('refuses a configuration value the functions would refuse at cold start, naming it', async () => {
-    const run = await runPackage(
-      [
-        '--stage',
-        STAGE,
-        '--package',
-        join(workDir, 'refused-config'),
-        '--param',
-        'CLEANUP_RETRY_BASE_SECONDS=ten',
-      ],
-      { home: join(workDir, 'home') },
-    );
-    expect(run.code).not.toBe(0);
-    expect(run.output).toContain('CLEANUP_RETRY_BASE_SECONDS="ten" is invalid: must be a positive integer');
   });
 });
 

@@ -189,7 +189,12 @@ describe('npm start (the demo)', () => {
     await eventually(
       'sandboxes of several runs',
       async () => {
-        if (demo.child.exitCode !== null) throw new Error(`demo exited early: ${demo.stderr()}`);
+        if (demo.child.exitCode !== null || demo.child.signalCode !== null) {
+          // Its reason may be on either stream: a stop on an unhandled error is logged on stdout.
+          throw new Error(
+            `demo exited early (${demo.child.exitCode ?? demo.child.signalCode}): ${demo.stderr()}\n${demo.stdout().slice(-4000)}`,
+          );
+        }
         for (const pid of await sandboxPids(sandboxesDir)) seen.add(pid);
         return seen.size >= 6;
       },

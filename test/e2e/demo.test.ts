@@ -59,6 +59,13 @@ async function sandboxPids(sandboxesDir: string): Promise<number[]> {
   return pids;
 }
 
+/** The end of the demo's log in `outDir` (demo-<stamp>.log): every line its functions and platform print. */
+async function logTail(outDir: string): Promise<string> {
+  const logs = (await readdir(outDir).catch(() => [] as string[])).filter((name) => name.endsWith('.log'));
+  const texts = await Promise.all(logs.map((name) => readFile(join(outDir, name), 'utf8').catch(() => '')));
+  return texts.join('\n').slice(-4000);
+}
+
 /** A minimal well-formedness check: every tag closed in order, one root element. */
 function assertWellFormedSvg(svg: string): void {
   expect(svg.trimStart().startsWith('<svg')).toBe(true);
@@ -186,20 +193,22 @@ describe('npm start (the demo)', () => {
       demoEnv({ DATABASE_URL: undefined, DATABASE_WS_PROXY: undefined }),
     );
     const seen = new Set<number>();
+    const exited = () => demo.child.exitCode !== null || demo.child.signalCode !== null;
     await eventually(
       'sandboxes of several runs',
       async () => {
-        if (demo.child.exitCode !== null || demo.child.signalCode !== null) {
-          // Its reason may be on either stream: a stop on an unhandled error is logged on stdout.
-          throw new Error(
-            `demo exited early (${demo.child.exitCode ?? demo.child.signalCode}): ${demo.stderr()}\n${demo.stdout().slice(-4000)}`,
-          );
-        }
         for (const pid of await sandboxPids(sandboxesDir)) seen.add(pid);
-        return seen.size >= 6;
+        // An exit ends the wait at once: the demo is not coming back.
+        return seen.size >= 6 || exited();
       },
       40_000,
     );
+    if (exited()) {
+      // Its reason is on stdout (a failed run's summary), or, for an error nobody handled, in its log.
+      throw new Error(
+        `demo exited early (${demo.child.exitCode ?? demo.child.signalCode}): ${demo.stderr()}\n${demo.stdout().slice(-3000)}\n--- log ---\n${await logTail(outDir)}`,
+      );
+    }
     const pidFile = join(dataDir, 'postgres', 'pgdata', 'postmaster.pid');
     const postgresPid = Number((await readFile(pidFile, 'utf8')).split('\n')[0]);
     expect(isProcessAlive(postgresPid)).toBe(true);

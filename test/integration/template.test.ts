@@ -144,10 +144,11 @@ describe('npm run package', () => {
     }
   });
 
-  // One refusal of the timeout ladder through the real `npm run package`: its every rule, the
-  // connection budget's too, is held on the function that decides them (test/unit/timeout-ladder.test.ts),
-  // and a param's rules on theirs (test/unit/stage-settings.test.ts, with one refusal of each kind
-  // through osls in template-stage-settings.test.ts).
+  // One refusal of the timeout ladder through the real `npm run package`: its rules, the connection
+  // budget's too, are held on the function that decides them (test/unit/timeout-ladder.test.ts). A
+  // configuration value's own rule (config.ts) is held on settingsOf (test/unit/stage-settings.test.ts);
+  // its refusal reaches osls from the same settingsOf call as the param refusal
+  // template-stage-settings.test.ts packages.
   it('refuses to package a release timeout that does not outlive SANDBOX_RUNTIME_CLEANUP_TIMEOUT_SECONDS', async () => {
     const run = await runPackage(
       [

@@ -16,7 +16,9 @@ beforeEach(() => {
   delete process.env.POWERTOOLS_DEV;
 });
 afterEach(() => {
-  process.env = { ...saved };
+  // Key by key: the environment object itself stays the one Node and Vitest hold (files share a worker).
+  for (const key of Object.keys(process.env)) if (!(key in saved)) delete process.env[key];
+  Object.assign(process.env, saved);
 });
 
 const withoutTimestamp = (line: Record<string, unknown>) => {

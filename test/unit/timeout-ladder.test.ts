@@ -48,11 +48,12 @@ describe('assertTimeoutLadder', () => {
     expect(refused).toThrow(
       `functions.fenceCheck.timeoutSeconds (${fenceCheck}) must be at least DATABASE_CONNECT_TIMEOUT_MS + DATABASE_QUERY_TIMEOUT_MS + the report margin (${(CONFIG_DEFAULTS.DATABASE_CONNECT_TIMEOUT_MS + 40_000) / 1000 + bound} s)`,
     );
-    // The bound is the consumer's own timeout: the largest query timeout that fits is let through.
+    // The bound is the consumer's own timeout: the largest query timeout that fits is let through
+    // (other consumers aside), one millisecond more is not.
     const fits = (fenceCheck - bound) * 1000 - CONFIG_DEFAULTS.DATABASE_CONNECT_TIMEOUT_MS;
-    expect(() => assertTimeoutLadder({ ...CONFIG_DEFAULTS, DATABASE_QUERY_TIMEOUT_MS: fits })).not.toThrow(
-      /functions\.fenceCheck\.timeoutSeconds/,
-    );
+    const fenceCheckRule = /functions\.fenceCheck\.timeoutSeconds/;
+    expect(ladder({ DATABASE_QUERY_TIMEOUT_MS: fits })).not.toThrow(fenceCheckRule);
+    expect(ladder({ DATABASE_QUERY_TIMEOUT_MS: fits + 1 })).toThrow(fenceCheckRule);
   });
 
   it('refuses, naming each share, a DATABASE_MAX_CONNECTIONS below what the functions can open together', () => {

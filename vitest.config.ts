@@ -40,8 +40,8 @@ import LongFilesFirstSequencer from './test/support/sequencer.ts';
 import { suiteDriver } from './test/support/suite-driver.ts';
 
 /**
- * A suite starts some 1,400 Node processes (workers, npm, osls, the commands, sandboxes), most of
- * them loading the same modules: Node's compile cache keeps their compiled code between them (a
+ * A suite starts some 700 Node processes (workers, npm, osls, the commands), most of them loading
+ * the same modules: Node's compile cache keeps their compiled code between them (a
  * refused `npm run package` 2.5 → 2.2 CPU-s). Set here, in Vitest's main process, so that the
  * workers and every process they start inherit it; a changed source is compiled again. In
  * `.cache/` (gitignored), beside the typecheck's build info, pruned (test/support/compile-cache.ts).
@@ -62,18 +62,17 @@ const ALL_PASSES = allPassesRequested();
  * (test/support/cpu-priority.ts): every other tier's workers start with this setup file.
  */
 const YIELD_CPU = ALL_PASSES ? ['test/support/yield-cpu-setup.ts'] : [];
-const SHARED_WORKERS = {
+/** Tiers whose files share their workers: every file's own setup, then its environment restored after it. */
+const sharedWorkers = (...setupFiles: string[]) => ({
   isolate: false,
-  setupFiles: [...YIELD_CPU, 'test/support/one-file-at-a-time.ts'],
-};
+  setupFiles: [...YIELD_CPU, ...setupFiles, 'test/support/one-file-at-a-time.ts'],
+});
+const SHARED_WORKERS = sharedWorkers();
 /**
  * The unit and harness files share their workers too: a fork per file cost about 0.3 s of CPU a
  * file to start and load the same modules, more than most of these files take to run.
  */
-const NO_NETWORK = {
-  isolate: false,
-  setupFiles: [...YIELD_CPU, 'test/support/no-network.ts', 'test/support/one-file-at-a-time.ts'],
-};
+const NO_NETWORK = sharedWorkers('test/support/no-network.ts');
 const DATABASE_ENV = { DATABASE_DRIVER: suiteDriver() };
 const fixture = process.env.RUNTIME_CLEANUP_TEST_FIXTURE;
 // `npm run test:tcp` and `npm run test:pgbouncer` leave out what cannot depend on the database path

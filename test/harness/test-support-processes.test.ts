@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { runChild } from '../support/child-process.ts';
-import { withFileLock } from '../support/file-lock.ts';
+import { removeFileLock, withFileLock } from '../support/file-lock.ts';
 import { isRunning } from '../support/processes.ts';
 
 let dir: string;
@@ -21,6 +21,18 @@ afterEach(async () => {
 });
 
 describe('withFileLock', () => {
+  it('removeFileLock takes away a lock left held and its waiters’ queue, and is quiet when there is none', async () => {
+    const lock = join(dir, 'lock');
+    await mkdir(lock);
+    await mkdir(`${lock}.queue`);
+    await writeFile(join(`${lock}.queue`, `000000000000001-000001-${process.pid}-00000000`), '');
+
+    await removeFileLock(lock);
+    await removeFileLock(lock);
+
+    expect(await readdir(dir)).toEqual([]);
+  });
+
   it('lets one holder in at a time', async () => {
     const lock = join(dir, 'lock');
     let inside = 0;

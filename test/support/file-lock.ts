@@ -107,10 +107,15 @@ async function tryTake(lockDir: string, state: { unreadableSince?: number }): Pr
   return false;
 }
 
+/** Where the waiters of the lock at `lockDir` leave their tickets. */
+function queueDirOf(lockDir: string): string {
+  return `${lockDir}.queue`;
+}
+
 /** Takes the lock in arrival order, waiting up to `waitMs`; a dead holder's lock is removed. */
 async function acquire(lockDir: string, waitMs: number): Promise<void> {
   const deadline = Date.now() + waitMs;
-  const queueDir = `${lockDir}.queue`;
+  const queueDir = queueDirOf(lockDir);
   let ticket = await queueUp(queueDir);
   const state: { unreadableSince?: number } = {};
   try {
@@ -143,4 +148,10 @@ export async function withFileLock<T>(
   } finally {
     await rm(lockDir, { recursive: true, force: true });
   }
+}
+
+/** Removes the lock at `lockDir` and its waiters' queue: for whoever owns its folder, once nobody can want it. */
+export async function removeFileLock(lockDir: string): Promise<void> {
+  await rm(lockDir, { recursive: true, force: true });
+  await rm(queueDirOf(lockDir), { recursive: true, force: true });
 }

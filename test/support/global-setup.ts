@@ -22,6 +22,7 @@ import { migrate } from '../../infra/migrate.ts';
 import { engineLockDir } from '../chaos/engine-lock.ts';
 import { buildCommandBundles, type CommandBundles } from './command-bundles.ts';
 import { TEST_CONNECT_TIMEOUT_MS } from './connect-bound.ts';
+import { removeFileLock } from './file-lock.ts';
 import { packageCacheDir } from './packaged-template.ts';
 import { type PgBouncer, poolerRequested, startPoolerFor } from './pgbouncer.ts';
 import { suiteDriver } from './suite-driver.ts';
@@ -170,9 +171,7 @@ async function startServer(): Promise<StartedServer> {
     await step(() => admin.end());
     await step(removeBundles);
     await step(() => rm(packageCacheDir(process.pid), { recursive: true, force: true }));
-    for (const dir of [engineLockDir(process.pid), `${engineLockDir(process.pid)}.queue`]) {
-      await step(() => rm(dir, { recursive: true, force: true }));
-    }
+    await step(() => removeFileLock(engineLockDir(process.pid)));
     await step(async () => (await pooler?.catch(() => undefined))?.stop());
     await step(() => bridge.close());
     if (embedded) await step(() => embedded.stop());
